@@ -1,0 +1,47 @@
+"""cosmos-rl's script argument: ``cosmos-rl --config X.toml cosmos_sana.bridge``.
+
+Also what the autoload runs in place of cosmos-rl's stock entry modules for the
+bare ``cosmos-rl --config X.toml`` form. In every role (controller, policy,
+rollout, reference) it loads the plugins, registers them with cosmos-rl, and
+calls cosmos-rl's worker entry with factories that build datasets, packers and
+reward functions from ``[custom]`` once the role has its config.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cosmos_sana.compat import cosmos_rl as upstream
+from cosmos_sana.log import get_logger
+from cosmos_sana.plugin_manager import PluginRegistry, installed_plugins
+from cosmos_sana.runtime import data_packer_factory, dataset_factory, reward_fns_factory
+
+logger = get_logger(__name__)
+
+DEFAULT_DATA_PACKER = "sana"
+
+
+def worker_entry_kwargs(registry: PluginRegistry) -> dict[str, Any]:
+    """The keyword arguments for cosmos-rl's ``worker_entry.main``."""
+    packer = data_packer_factory(registry, DEFAULT_DATA_PACKER) if "sana" in registry.names("data_packer") else None
+    kwargs: dict[str, Any] = {
+        "dataset": dataset_factory(registry, "data"),
+        "val_dataset": dataset_factory(registry, "val_data"),
+        "reward_fns": [reward_fns_factory(registry)],
+    }
+    if packer is not None:
+        kwargs["data_packer"] = packer
+        kwargs["val_data_packer"] = packer
+    return kwargs
+
+
+def main() -> Any:
+    registry = installed_plugins()
+    upstream.register_all(registry)
+    logger.info("cosmos-sana bridge active in role %s", os.environ.get("COSMOS_ROLE", "<none>"))
+    return upstream.run_worker_entry(**worker_entry_kwargs(registry))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Load cosmos-sana into cosmos-rl's processes for the bare ``cosmos-rl --config X.toml``.
+
+cosmos-rl without a script argument runs its stock modules (controller, policy,
+rollout) via ``python -m``; nothing there discovers plugins. The installed
+``cosmos_sana_autoload.pth`` calls :func:`activate` at interpreter start, but
+only when the command line mentions cosmos (a string test, nothing imported).
+
+* In the launcher process (``cosmos-rl`` / ``python -m cosmos_rl.launcher.launch_all``)
+  it reads ``--config``; when the TOML says ``[custom] package = "cosmos-sana"`` it
+  sets ``COSMOS_SANA_AUTOLOAD=1``, which every child process inherits.
+* In a child with ``COSMOS_ROLE`` and ``COSMOS_SANA_AUTOLOAD=1`` started as
+  ``python -m <stock entry module>``, it redirects that one ``-m`` lookup to
+  :mod:`cosmos_sana.bridge`, which loads the plugins and calls cosmos-rl's worker
+  entry with our datasets, packers and rewards.
+
+Standard library only: this runs before anything else in those processes.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+ENV_FLAG = "COSMOS_SANA_AUTOLOAD"
+DISABLE_FLAG = "COSMOS_SANA_NO_AUTOLOAD"
+
+#: Modules cosmos-rl's launch scripts run with ``python -m`` when no script is given.
+STOCK_ENTRY_MODULES = frozenset(
+    {
+        "cosmos_rl.dispatcher.run_web_panel",  # Controller
+        "cosmos_rl.policy.train",  # Policy
+        "cosmos_rl.rollout.rollout_entry",  # Rollout
+        "cosmos_rl.reference.reference_entry",  # Reference
+    }
+)
+LAUNCHER_MODULE = "cosmos_rl.launcher.launch_all"
+LAUNCHER_SCRIPT = "cosmos-rl"
+BRIDGE_CODE = "from cosmos_sana.bridge import main\nmain()\n"
+
+
+def _argv_module(argv: list[str]) -> str | None:
+    """The module name after ``-m`` in an interpreter command line, if any."""
+    for flag_index, arg in enumerate(argv[1:], start=1):
+        if arg == "-m" and flag_index + 1 < len(argv):
+            return argv[flag_index + 1]
+        if not arg.startswith("-"):
+            return None
+    return None
+
+
+def _config_path(argv: list[str]) -> str | None:
+    for index, arg in enumerate(argv):
+        if arg == "--config" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def config_wants_cosmos_sana(path: str) -> bool:
+    """Cheap check of a TOML file for ``[custom] package = "cosmos-sana"``."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, ValueError):
+        return False  # cosmos-rl reports unreadable configs itself
+    custom = data.get("custom")
+    return isinstance(custom, dict) and custom.get("package") == "cosmos-sana"
+
+
+def is_launcher(argv: list[str]) -> bool:
+    if len(argv) > 1 and os.path.basename(argv[1]) == LAUNCHER_SCRIPT:
+        return True
+    return _argv_module(argv) == LAUNCHER_MODULE
+
+
+class _BridgeLoader(importlib.abc.Loader):
+    """Serves the bridge stub as the code of the stock entry module runpy asked for."""
+
+    def __init__(self, module_name: str) -> None:
+        self.module_name = module_name
+
+    def create_module(self, spec):  # default module creation
+        return None
+
+    def get_code(self, fullname: str):
+        return compile(BRIDGE_CODE, f"<cosmos-sana bridge for {self.module_name}>", "exec")
+
+    def is_package(self, fullname: str) -> bool:
+        return False
+
+    def exec_module(self, module) -> None:
+        exec(self.get_code(module.__name__), module.__dict__)
+
+
+class EntryRedirectFinder(importlib.abc.MetaPathFinder):
+    """Redirects the first ``python -m <stock entry>`` lookup to the bridge."""
+
+    def __init__(self, target_module: str) -> None:
+        self.target_module = target_module
+        self.redirected = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if self.redirected or fullname != self.target_module:
+            return None
+        # runpy looks the module up while sys.argv[0] is still the literal "-m"
+        if not sys.argv or sys.argv[0] != "-m":
+            return None
+        self.redirected = True
+        sys.meta_path.remove(self)
+        return importlib.util.spec_from_loader(fullname, _BridgeLoader(fullname), origin="cosmos-sana")
+
+
+def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
+    """Install the right hook for this process; returns what it did (for tests)."""
+    argv = list(sys.orig_argv if argv is None else argv)
+    environ = os.environ if environ is None else environ
+    if environ.get(DISABLE_FLAG):
+        return "disabled"
+    if "COSMOS_ROLE" not in environ and is_launcher(argv):
+        config = _config_path(argv)
+        if config and config_wants_cosmos_sana(config):
+            environ[ENV_FLAG] = "1"
+            return "launcher-flagged"
+        return "launcher-not-ours"
+    if environ.get("COSMOS_ROLE") and environ.get(ENV_FLAG) == "1":
+        module = _argv_module(argv)
+        if module in STOCK_ENTRY_MODULES:
+            sys.meta_path.insert(0, EntryRedirectFinder(module))
+            return "redirect-installed"
+    return "inactive"

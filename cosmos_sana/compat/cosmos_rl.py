@@ -1,0 +1,112 @@
+"""Glue into cosmos-rl 0.4.7 internals. Every upstream internal we touch is named here.
+
+Pinned by ``tests/test_compat_upstream.py``: if cosmos-rl renames or reshapes any
+of these, that test fails before a user's run does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cosmos_sana.log import get_logger
+from cosmos_sana.plugin_manager import PluginRegistry
+
+logger = get_logger(__name__)
+
+UPSTREAM_VERSION = "0.4.7"
+#: Worker-entry keyword arguments cosmos-sana fills (cosmos_rl.launcher.worker_entry.main).
+WORKER_ENTRY_KWARGS = (
+    "dataset",
+    "val_dataset",
+    "data_packer",
+    "val_data_packer",
+    "reward_fns",
+    "val_reward_fns",
+    "args",
+)
+
+_registered_into: set[int] = set()
+
+
+def upstream_version() -> str:
+    from importlib.metadata import version
+
+    return version("cosmos-rl")
+
+
+def register_models(registry: PluginRegistry) -> None:
+    """Our model adapters take over their pipeline names in ``ModelRegistry``.
+
+    Upstream keys diffusers models by ``model_index.json`` ``_class_name``; an
+    override must reuse ``DiffuserModelWeightMapper`` (a new mapper class raises
+    half-way through upstream's registration).
+    """
+    from cosmos_rl.policy.model.base import ModelRegistry
+    from cosmos_rl.policy.model.diffusers.weight_mapper import DiffuserModelWeightMapper
+
+    for entry in registry.entries("model"):
+        model_cls = entry.spec.load()
+        declared = set(entry.spec.pipeline_classes)
+        served = model_cls.supported_model_types()
+        served = {served} if isinstance(served, str) else set(served)
+        if declared and declared != served:
+            raise RuntimeError(
+                f"model {entry.spec.name!r} ({entry.distribution}) declares pipelines {sorted(declared)} "
+                f"but its class serves {sorted(served)}"
+            )
+        ModelRegistry.register(DiffuserModelWeightMapper, allow_override=True)(model_cls)
+
+
+def register_trainers(registry: PluginRegistry) -> None:
+    """Trainers keep their own registry keys; clashing with upstream is an error."""
+    from cosmos_rl.policy.trainer.base import TrainerRegistry
+
+    for entry in registry.entries("trainer"):
+        key = entry.spec.trainer_type or entry.spec.name
+        TrainerRegistry.register(trainer_type=key)(entry.spec.load())
+
+
+def register_rollouts(registry: PluginRegistry) -> None:
+    from cosmos_rl.rollout.rollout_base import RolloutRegistry
+
+    for entry in registry.entries("rollout"):
+        RolloutRegistry.register(rollout_type=entry.spec.name)(entry.spec.load())
+
+
+def register_tokenizer_loader() -> None:
+    """cosmos-rl calls ``AutoTokenizer`` on ``model_name_or_path``, which fails on a
+    diffusers pipeline folder; serve the pipeline's own ``tokenizer/`` instead."""
+    from cosmos_rl.utils.util import register_tokenizer_loader as upstream_register
+
+    def is_pipeline(path: str) -> bool:
+        return os.path.isfile(os.path.join(path, "model_index.json"))
+
+    def load(path: str) -> Any:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(os.path.join(path, "tokenizer"))
+
+    upstream_register(predicate=is_pipeline, loader=load)
+
+
+def register_all(registry: PluginRegistry) -> None:
+    """Put every plugin component into cosmos-rl's registries (once per registry)."""
+    if id(registry) in _registered_into:
+        return
+    register_models(registry)
+    register_trainers(registry)
+    register_rollouts(registry)
+    register_tokenizer_loader()
+    _registered_into.add(id(registry))
+
+
+def run_worker_entry(**kwargs: Any) -> Any:
+    """Call cosmos-rl's role dispatcher (Controller / Policy / Rollout / Reference)."""
+    from cosmos_rl.launcher.worker_entry import main as worker_main
+
+    unknown = set(kwargs) - set(WORKER_ENTRY_KWARGS)
+    if unknown:
+        raise TypeError(f"unsupported worker-entry arguments: {sorted(unknown)}")
+    return worker_main(**kwargs)
+

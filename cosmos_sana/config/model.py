@@ -1,0 +1,29 @@
+"""``[custom.model]``: SANA-specific options cosmos-rl's ``[policy.diffusers]`` lacks."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cosmos_sana.config.base import StrictModel
+
+Dtype = Literal["bfloat16", "float16", "float32"]
+
+
+class ModelOptions(StrictModel):
+    vae_dtype: Dtype = Field(default="float32", description="VAE precision (decode and encode)")
+    text_encoder_dtype: Dtype | None = Field(
+        default=None, description="text encoder precision; default: [policy.diffusers] dtype"
+    )
+    complex_human_instruction: Literal["off", "image", "video"] = Field(
+        default="off",
+        description="prefix prompts with SANA's complex-human-instruction (image or video wording), "
+        "identically for rollout, training and export",
+    )
+    native_checkpoint: str | None = Field(
+        default=None,
+        description="native SANA transformer checkpoint (hf://org/repo/file, local .pth/.safetensors/"
+        ".index.json); VAE, text encoder and tokenizer come from policy.model_name_or_path",
+    )
+    native_use_ema: bool = Field(default=False, description="load state_dict_ema from a native .pth")

@@ -1,0 +1,50 @@
+"""Keep secrets out of logs, dumped configs and manifests.
+
+A secret is the value of an environment variable whose name looks secret
+(TOKEN, KEY, SECRET, PASSWORD, HF_TOKEN, WANDB_API_KEY, AWS_*, NGC_*, GITHUB_TOKEN…).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+SECRET_NAME = re.compile(
+    r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)|^(AWS_|NGC_|HF_TOKEN|WANDB_API_KEY|GITHUB_TOKEN)",
+    re.IGNORECASE,
+)
+MASK = "***"
+_MIN_SECRET_LEN = 4  # shorter values would mask ordinary words
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of secret-looking variables, longest first (so substrings mask last)."""
+    environ = os.environ if environ is None else environ
+    values = {v for k, v in environ.items() if is_secret_name(k) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
+    for value in secret_values(environ):
+        text = text.replace(value, MASK)
+    return text
+
+
+def redact(obj: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """A copy of a config-like structure with secret keys and secret values masked."""
+    if isinstance(obj, Mapping):
+        return {
+            k: (MASK if isinstance(k, str) and is_secret_name(k) and v not in (None, "") else redact(v, environ))
+            for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(redact(v, environ) for v in obj)
+    if isinstance(obj, str):
+        return redact_text(obj, environ)
+    return obj

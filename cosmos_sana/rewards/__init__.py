@@ -1,0 +1,1 @@
+"""Reward combination and scheduling (the scorers themselves are plugins)."""

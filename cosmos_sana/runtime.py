@@ -1,0 +1,62 @@
+"""Build the components cosmos-rl's worker entry takes, from ``[custom]`` and the plugins.
+
+Each builder is a factory taking cosmos-rl's ``Config`` so that workers, which
+receive the config from the controller, build the same components as the
+controller does from the TOML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from cosmos_sana.config import ComponentRef
+from cosmos_sana.plugin_manager import PluginRegistry
+from cosmos_sana.settings import SettingsError, format_validation_error, settings_of
+
+
+def component_params(registry: PluginRegistry, kind: str, ref: ComponentRef, where: str) -> Any:
+    """Validate ``ref.args`` against the component's params model (strict)."""
+    spec = registry.get(kind, ref.name)
+    model = spec.params_model()
+    if model is None:
+        if ref.args:
+            raise SettingsError(f"{where}.args: {kind} {ref.name!r} takes no args, got {sorted(ref.args)}")
+        return None
+    try:
+        return model.model_validate(ref.args)
+    except ValidationError as exc:
+        raise SettingsError(
+            f"{where}.args: invalid args for {kind} {ref.name!r}\n{format_validation_error(exc, where + '.args')}"
+        ) from exc
+
+
+def dataset_factory(registry: PluginRegistry, field: str) -> Callable[[Any], Any] | None:
+    """A ``Config -> Dataset`` factory for ``[custom.<field>]`` (data / val_data)."""
+
+    def build(cosmos_config: Any) -> Any:
+        settings = settings_of(cosmos_config)
+        ref = getattr(settings, field)
+        if ref is None:
+            return None
+        params = component_params(registry, "dataset", ref, f"custom.{field}")
+        spec = registry.get("dataset", ref.name)
+        return spec.load()(params, cosmos_config=cosmos_config, on_bad_sample=ref.on_bad_sample)
+
+    return build
+
+
+def data_packer_factory(registry: PluginRegistry, name: str) -> Callable[[Any], Any]:
+    def build(cosmos_config: Any) -> Any:
+        return registry.get("data_packer", name).load()()
+
+    return build
+
+
+def reward_fns_factory(registry: PluginRegistry) -> Callable[..., Any]:
+    """One cosmos-rl reward function scoring every ``[[custom.rewards]]`` term."""
+    from cosmos_sana.rewards.cosmos_reward import CosmosRewardFn
+
+    return CosmosRewardFn(registry)

@@ -1,0 +1,116 @@
+"""What a plugin hook returns: small, import-free descriptions of components.
+
+``target`` (and ``params``) may be the object itself or a lazy ``"module:attr"``
+string; :func:`resolve` imports it on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Target = Any  # an object, or "package.module:attribute"
+
+
+def resolve(target: Target) -> Any:
+    """Import ``"module:attr"`` strings; return anything else unchanged."""
+    if not isinstance(target, str):
+        return target
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"lazy target {target!r} must look like 'package.module:attribute'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class _Spec:
+    name: str
+    target: Target
+    description: str = ""
+    # pydantic model (or lazy string) validating this component's ``args`` table
+    params: Target = None
+
+    kind = "component"
+
+    def load(self) -> Any:
+        return resolve(self.target)
+
+    def params_model(self) -> Any:
+        return resolve(self.params) if self.params is not None else None
+
+
+@dataclass(frozen=True)
+class ModelSpec(_Spec):
+    """A cosmos-rl model class (subclass of ``DiffuserModel``)."""
+
+    pipeline_classes: tuple[str, ...] = ()
+    kind = "model"
+
+
+@dataclass(frozen=True)
+class DatasetSpec(_Spec):
+    """``target(params, *, seed) -> torch.utils.data.Dataset``."""
+
+    modality: Literal["image", "video", "prompt"] = "prompt"
+    kind = "dataset"
+
+
+@dataclass(frozen=True)
+class DataPackerSpec(_Spec):
+    """A ``cosmos_rl`` ``BaseDataPacker`` subclass."""
+
+    kind = "data_packer"
+
+
+@dataclass(frozen=True)
+class RewardSpec(_Spec):
+    """A scorer.
+
+    With ``factory=False`` the target is one function
+    ``fn(media, prompts, metadata, **args) -> Sequence[float]`` where ``media`` is a
+    float tensor ``B×C×H×W`` (image) or ``B×T×C×H×W`` (video) in [0, 1].
+    With ``factory=True`` the target is called once as ``target(args, device)`` and
+    returns such a function (for scorers that load weights).
+    """
+
+    modality: Literal["image", "video", "any"] = "any"
+    factory: bool = False
+    kind = "reward"
+
+
+@dataclass(frozen=True)
+class TrainerSpec(_Spec):
+    """A cosmos-rl trainer class; ``trainer_type`` is its registry key."""
+
+    trainer_type: str = ""
+    kind = "trainer"
+
+
+@dataclass(frozen=True)
+class RolloutSpec(_Spec):
+    """A cosmos-rl rollout class, selected by ``[rollout] backend``."""
+
+    kind = "rollout"
+
+
+SPEC_KINDS: dict[str, str] = {
+    "model": "cosmos_sana_models",
+    "dataset": "cosmos_sana_datasets",
+    "data_packer": "cosmos_sana_data_packers",
+    "reward": "cosmos_sana_rewards",
+    "trainer": "cosmos_sana_trainers",
+    "rollout": "cosmos_sana_rollouts",
+}
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A spec plus where it came from."""
+
+    spec: Any
+    plugin: str
+    distribution: str = field(default="<unknown>")

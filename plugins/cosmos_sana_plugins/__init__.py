@@ -1,0 +1,6 @@
+"""cosmos-sana's built-in plugins (SANA model adapter, datasets, rewards, trainers).
+
+Installed under the import name ``cosmos_sana_plugins`` and declared in
+``pyproject.toml`` through the ``cosmos_sana.plugins`` entry-point group, exactly
+like a third-party plugin package.
+"""

@@ -39,7 +39,11 @@ def worker_entry_kwargs(registry: PluginRegistry) -> dict[str, Any]:
 def main() -> Any:
     registry = installed_plugins()
     upstream.register_all(registry)
-    logger.info("cosmos-sana bridge active in role %s", os.environ.get("COSMOS_ROLE", "<none>"))
+    logger.info(
+        "cosmos-sana bridge active in role %s; registered with cosmos-rl: %s",
+        os.environ.get("COSMOS_ROLE", "<none>"),
+        "; ".join(f"{kind}s={registry.names(kind)}" for kind in ("model", "trainer", "rollout")),
+    )
     return upstream.run_worker_entry(**worker_entry_kwargs(registry))
 
 

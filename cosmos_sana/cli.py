@@ -1,0 +1,57 @@
+"""``cosmos-sana``: the command-line front door.
+
+Each subcommand lives in its own module exposing ``HELP``, ``add_arguments(parser)``
+and ``run(args) -> int``; modules are imported only when their command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand → module (add a line here to add a command)
+COMMANDS: dict[str, str] = {
+    "data": "cosmos_sana.commands.data_check",
+    "plugins": "cosmos_sana.commands.plugins",
+    "validate": "cosmos_sana.commands.validate",
+    "make-tiny": "cosmos_sana.commands.make_tiny",
+    "convert-native": "cosmos_sana.commands.convert_native",
+    "wheelhouse": "cosmos_sana.commands.wheelhouse",
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cosmos-sana", description="Post-train SANA with cosmos-rl.")
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    wanted = next((a for a in argv if a in COMMANDS), None)
+    for name, module_name in COMMANDS.items():
+        if wanted is None or name == wanted:
+            module = importlib.import_module(module_name)
+            cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+            module.add_arguments(cmd)
+            cmd.set_defaults(_run=module.run)
+        else:
+            sub.add_parser(name, help=_lazy_help(module_name))
+    return parser
+
+
+def _lazy_help(module_name: str) -> str:
+    return importlib.import_module(module_name).HELP
+
+
+def _version() -> str:
+    from cosmos_sana import __version__
+
+    return f"cosmos-sana {__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""``cosmos-sana`` subcommands: one module each, with ``add_arguments`` and ``run``."""

@@ -1,0 +1,252 @@
+"""Strict validation of a whole recipe TOML, before anything is built.
+
+Checks what cosmos-rl itself lets through:
+
+* keys cosmos-rl's pydantic ``Config`` would drop silently (``timestep_fraction``
+  instead of ``timesteps_fraction``), with a "did you mean" hint;
+* values outside the ``choices`` its fields document but never enforce;
+* cosmos-rl's own type and consistency errors, with their key paths;
+* our ``[custom]`` table (``extra="forbid"`` everywhere) and every plugin
+  component's ``args`` against that component's params model.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import tomllib
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from cosmos_sana.config import SanaCustomConfig, wants_cosmos_sana
+from cosmos_sana.plugin_manager import PluginError, PluginRegistry
+
+
+@dataclass(frozen=True)
+class Issue:
+    path: str
+    message: str
+
+    def render(self, source: str) -> str:
+        return f"{source}: {self.path}: {self.message}"
+
+
+class ConfigInvalid(ValueError):
+    def __init__(self, source: str, issues: list[Issue]):
+        self.source, self.issues = source, issues
+        super().__init__("\n".join(issue.render(source) for issue in issues))
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=VALUE`` with VALUE parsed as a TOML value (bare words stay strings)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"override {text!r} must look like key.path=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {text!r}: {part!r} is not a table")
+        node[path[-1]] = value
+    return data
+
+
+def load_toml(path: str | Path, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigInvalid(str(path), [Issue("<file>", "no such file")]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigInvalid(str(path), [Issue("<toml>", f"not valid TOML: {exc}")]) from None
+    return apply_overrides(data, overrides)
+
+
+# ---------------------------------------------------------------- upstream sections
+
+
+def _model_classes(annotation: Any) -> list[type[BaseModel]]:
+    """Pydantic model classes an annotation may hold (through Optional/Union/List)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        found.extend(_model_classes(arg))
+    return found
+
+
+def _is_list(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple):
+        return True
+    return any(_is_list(a) for a in typing.get_args(annotation) if typing.get_origin(a) is not None)
+
+
+def _pick_variant(models: list[type[BaseModel]], value: dict[str, Any]) -> type[BaseModel] | None:
+    """For a discriminated union (``train_policy``), the member matching ``type``."""
+    if len(models) == 1:
+        return models[0]
+    tag = value.get("type")
+    for model in models:
+        field = model.model_fields.get("type")
+        if field is not None and tag in typing.get_args(field.annotation):
+            return model
+    return None
+
+
+def _choices(field: Any) -> list[Any] | None:
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("choices"), list):
+        return extra["choices"]
+    return None
+
+
+def unknown_and_out_of_choice(model: type[BaseModel], data: dict[str, Any], prefix: str) -> list[Issue]:
+    """Keys ``model`` does not define, and values outside documented choices."""
+    issues: list[Issue] = []
+    fields = model.model_fields
+    names = set(fields) | {f.alias for f in fields.values() if f.alias}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if key not in names:
+            hint = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
+            suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
+            issues.append(Issue(path, f"unknown key; cosmos-rl would silently ignore it{suffix}"))
+            continue
+        field = fields.get(key) or next(f for f in fields.values() if f.alias == key)
+        choices = _choices(field)
+        if choices is not None and not isinstance(value, (dict, list)) and value not in choices:
+            issues.append(Issue(path, f"{value!r} is not one of {choices}"))
+        models = _model_classes(field.annotation)
+        if not models:
+            continue
+        if isinstance(value, dict):
+            variant = _pick_variant(models, value)
+            if variant is not None:
+                issues.extend(unknown_and_out_of_choice(variant, value, path))
+        elif isinstance(value, list) and _is_list(field.annotation):
+            for index, item in enumerate(value):
+                if isinstance(item, dict):
+                    variant = _pick_variant(models, item)
+                    if variant is not None:
+                        issues.extend(unknown_and_out_of_choice(variant, item, f"{path}[{index}]"))
+    return issues
+
+
+def validation_issues(exc: ValidationError, prefix: str = "") -> list[Issue]:
+    issues = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        # discriminated-union members appear as a tag in the location: drop it
+        loc = [p for p in loc if p not in ("grpo", "sft", "function-after[check_params_value(), GrpoConfig]")]
+        path = ".".join(([prefix] if prefix else []) + loc) or "<root>"
+        issues.append(Issue(path, err["msg"]))
+    return issues
+
+
+def check_upstream(data: dict[str, Any]) -> list[Issue]:
+    """cosmos-rl's sections, strictly."""
+    from cosmos_rl.policy.config import Config as CosmosConfig
+
+    upstream = {k: v for k, v in data.items() if k != "custom"}
+    issues = unknown_and_out_of_choice(CosmosConfig, upstream, "")
+    if "train" not in data:
+        issues.append(Issue("train", "missing table: cosmos-rl requires [train] (with output_dir)"))
+    elif "output_dir" not in data["train"]:
+        issues.append(Issue("train.output_dir", "missing: cosmos-rl requires it"))
+    try:
+        CosmosConfig.model_validate(copy.deepcopy(data))
+    except ValidationError as exc:
+        issues.extend(validation_issues(exc))
+    except (AssertionError, ValueError) as exc:
+        issues.append(Issue("<cosmos-rl>", str(exc)))
+    return issues
+
+
+# ---------------------------------------------------------------- our section
+
+
+def check_custom(data: dict[str, Any], registry: PluginRegistry | None) -> list[Issue]:
+    custom = data.get("custom", {})
+    try:
+        settings = SanaCustomConfig.model_validate(custom)
+    except ValidationError as exc:
+        return validation_issues(exc, "custom")
+    if registry is None:
+        return []
+    issues = check_required_plugins(settings.plugins, registry)
+    issues.extend(check_components(settings, registry))
+    return issues
+
+
+def check_required_plugins(required: list[str], registry: PluginRegistry) -> list[Issue]:
+    present = {
+        entry.distribution.split(" ")[0].lower().replace("_", "-")
+        for kind in registry.kinds()
+        for entry in registry.entries(kind)
+    }
+    return [
+        Issue(f"custom.plugins[{i}]", f"distribution {name!r} provides no installed cosmos-sana plugin")
+        for i, name in enumerate(required)
+        if name.lower().replace("_", "-") not in present
+    ]
+
+
+def check_components(settings: SanaCustomConfig, registry: PluginRegistry) -> list[Issue]:
+    from cosmos_sana.runtime import component_params
+    from cosmos_sana.settings import SettingsError
+
+    refs: list[tuple[str, str, Any]] = []
+    for field in ("data", "val_data", "real_data"):
+        ref = getattr(settings, field)
+        if ref is not None:
+            refs.append(("dataset", f"custom.{field}", ref))
+    refs.extend(("reward", f"custom.rewards[{i}]", ref) for i, ref in enumerate(settings.rewards))
+    issues = []
+    for kind, where, ref in refs:
+        try:
+            component_params(registry, kind, ref, where)
+        except (SettingsError, PluginError) as exc:
+            issues.append(Issue(f"{where}.name" if isinstance(exc, PluginError) else where, str(exc)))
+    return issues
+
+
+# ---------------------------------------------------------------- whole file
+
+
+def validate_data(data: dict[str, Any], registry: PluginRegistry | None) -> list[Issue]:
+    issues = check_upstream(data)
+    if wants_cosmos_sana(data):
+        issues.extend(check_custom(data, registry))
+    elif "custom" in data and isinstance(data["custom"], dict) and "package" not in data["custom"]:
+        issues.append(Issue("custom.package", 'missing: set package = "cosmos-sana" to use cosmos-sana'))
+    return issues
+
+
+def validate_file(path: str | Path, overrides: Iterable[str] = (), registry: PluginRegistry | None = None) -> dict:
+    """Validated TOML data (overrides applied); raises :class:`ConfigInvalid`."""
+    data = load_toml(path, overrides)
+    issues = validate_data(data, registry)
+    if issues:
+        raise ConfigInvalid(str(path), issues)
+    return data

@@ -166,8 +166,9 @@ def validation_issues(exc: ValidationError, prefix: str = "") -> list[Issue]:
 
 def check_upstream(data: dict[str, Any]) -> list[Issue]:
     """cosmos-rl's sections, strictly."""
-    from cosmos_rl.policy.config import Config as CosmosConfig
+    from cosmos_sana.compat.cosmos_rl import cosmos_config_class
 
+    CosmosConfig = cosmos_config_class()
     upstream = {k: v for k, v in data.items() if k != "custom"}
     issues = unknown_and_out_of_choice(CosmosConfig, upstream, "")
     if "train" not in data:

@@ -6,6 +6,8 @@ of these, that test fails before a user's run does.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from typing import Any
 
@@ -33,6 +35,14 @@ def upstream_version() -> str:
     from importlib.metadata import version
 
     return version("cosmos-rl")
+
+
+def cosmos_config_class() -> type:
+    """cosmos-rl's ``Config``; its import prints model auto-discovery lines on stdout,
+    which would corrupt our commands' output, so they are swallowed."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        from cosmos_rl.policy.config import Config
+    return Config
 
 
 def register_models(registry: PluginRegistry) -> None:

@@ -27,3 +27,10 @@ class ModelOptions(StrictModel):
         ".index.json); VAE, text encoder and tokenizer come from policy.model_name_or_path",
     )
     native_use_ema: bool = Field(default=False, description="load state_dict_ema from a native .pth")
+    device: str | None = Field(
+        default=None, description="device of the model (e.g. 'cpu'); default: the current accelerator, else cpu"
+    )
+    prompt_suffix: str = Field(
+        default="", description="appended to every prompt before encoding (SANA-Video: ' motion score: 30.')"
+    )
+    fps: int = Field(default=16, ge=1, description="frame rate of generated and training videos")

@@ -1,4 +1,10 @@
-"""``[custom.rollout]``: sampler and best-of-n options beyond ``[policy.diffusers.sample]``."""
+"""``[custom.rollout]``: sampler options beyond ``[policy.diffusers.sample]``.
+
+Taken from cosmos-rl's own tables: steps (``num_steps`` / ``eval_num_steps``), CFG
+(``guidance_scale``) and the SDE/CPS noise level η (``noise_level``) from
+``[policy.diffusers.sample]``; image size and video frames from ``[policy.diffusers]``
+(``inference_size``, ``train_frames`` for rollouts, ``inference_frames`` for validation).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,19 @@ from typing import Literal
 from pydantic import Field
 
 from cosmos_sana.config.base import StrictModel
+from cosmos_sana.config.best_of_n import BestOfNOptions
 
 
 class RolloutOptions(StrictModel):
     sampler: Literal["ode", "sde", "cps"] = Field(
-        default="ode", description="ode: deterministic Euler (NFT); sde: Flow-GRPO; cps: coefficient-preserving"
+        default="ode",
+        description="ode: deterministic Euler (Diffusion-NFT); sde: Flow-GRPO SDE; cps: coefficient-preserving SDE "
+        "(η = [policy.diffusers.sample] noise_level)",
     )
-    eta: float = Field(default=0.7, ge=0.0, description="SDE noise level")
     sigma_schedule: Literal["linear", "shifted"] = Field(
-        default="linear", description="σ grid from 1 to 0: linear, or shifted by the flow shift"
+        default="linear", description="σ grid from 1 to 0: linear, or time-shifted by flow_shift"
     )
+    flow_shift: float | None = Field(
+        default=None, gt=0.0, description="shift of the 'shifted' σ grid; default: the pipeline scheduler's flow_shift"
+    )
+    best_of_n: BestOfNOptions | None = Field(default=None, description="Sol-RL best-of-n rollouts; off when unset")

@@ -1,3 +1,17 @@
-"""Entry point of the built-in sana plugin."""
+"""Entry point of the built-in sana plugin: the SANA / SANA-Video model adapter."""
 
-from cosmos_sana.hookspecs import hookimpl  # noqa: F401
+from cosmos_sana.hookspecs import hookimpl
+from cosmos_sana.specs import ModelSpec
+
+
+@hookimpl
+def cosmos_sana_models() -> list[ModelSpec]:
+    return [
+        ModelSpec(
+            name="sana",
+            target="cosmos_sana_plugins.sana.model:SanaModel",
+            description="SANA and SANA-Video (diffusers pipelines) for cosmos-rl: device-agnostic, text mask in "
+            "training, CHI option, PEFT LoRA adapters, samplers with log-probs",
+            pipeline_classes=("SanaPipeline", "SanaVideoPipeline"),
+        )
+    ]

@@ -81,3 +81,36 @@ def test_launch_scripts_run_the_stock_modules_with_python_dash_m():
 def test_launcher_children_inherit_the_environment():
     source = inspect.getsource(importlib.import_module("cosmos_rl.launcher.utility"))
     assert "env = dict(os.environ)" in source
+
+
+def test_remote_reward_not_ready_is_an_index_error_upstream(monkeypatch):
+    """Defect 7, worked around by ``patch_remote_reward_not_ready``: a not-ready head of queue
+    makes upstream's ``get_results`` raise ``IndexError`` and leave the queue as it was."""
+    from queue import Queue
+
+    import requests
+    from cosmos_rl.reward.remote_calculator import RemoteRewardCalculator
+
+    def not_ready(uuid, is_validation):
+        raise requests.HTTPError("400 Client Error: not ready")
+
+    calculator = RemoteRewardCalculator.__new__(RemoteRewardCalculator)
+    calculator.uuid2stage = {"u1": "training"}
+    monkeypatch.setattr(calculator, "fetch_reward", not_ready, raising=False)
+    queue: Queue = Queue()
+    queue.put("u1")
+    upstream = getattr(RemoteRewardCalculator.get_results, "__wrapped__", RemoteRewardCalculator.get_results)
+    with pytest.raises(IndexError):
+        upstream(calculator, queue)
+    assert list(queue.queue) == ["u1"]
+
+
+def test_diffuser_model_init_order_the_sana_adapter_relies_on():
+    """``SanaModel`` overrides ``load_models_from_hf`` and ``apply_lora`` and sets the attributes
+    they read before calling ``DiffuserModel.__init__``, which must call them in this order."""
+    from cosmos_rl.policy.model.diffusers import DiffuserModel
+
+    source = inspect.getsource(DiffuserModel.__init__)
+    order = [source.index(call) for call in ("self.load_models_from_hf(", "self.apply_lora(", "self.init_output_process(")]
+    assert order == sorted(order)
+    assert "self.offload = self.config.offload" in source

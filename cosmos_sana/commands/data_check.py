@@ -1,0 +1,96 @@
+"""``cosmos-sana data check <dataset path | recipe TOML>``: decode every sample on the CPU and report.
+
+Prints sample counts per layout/modality, resolution and duration histograms and every bad
+sample with its reason. Exit status: 0 when a run would go through, 1 when the configured
+``on_bad_sample`` policy would stop it (or no usable sample exists), 2 on a usage error.
+A recipe's dataset paths are resolved from the current directory, as in a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+HELP = "dataset tools: `data check` inspects data without a GPU"
+CHECK_HELP = "decode every sample on the CPU; report counts, histograms, every bad sample; exit 1 if a run would fail"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    check = sub.add_parser("check", help=CHECK_HELP, description=CHECK_HELP)
+    check.add_argument("target", help="dataset folder, .jsonl, .zip, prompt file, builtin:NAME, or a recipe .toml")
+    check.add_argument("--on-bad-sample", choices=("fail", "skip"), default="fail",
+                       help="policy to judge a dataset path by (a recipe states its own)")
+    check.add_argument("--size", type=int, nargs=2, default=(256, 256), metavar=("H", "W"),
+                       help="decode size for a dataset path (default 256 256)")
+    check.add_argument("--num-frames", type=int, default=81, help="frames per clip for a dataset path (default 81)")
+    check.add_argument("--fps", type=float, default=None, help="resample clips to this frame rate")
+    check.add_argument("--stride", type=int, default=1, help="take every stride-th frame")
+    check.add_argument("--short-clip", choices=("error", "pad_last", "loop"), default="error",
+                       help="rule for clips shorter than asked (default error)")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cosmos_sana_plugins.datasets.errors import DatasetError
+
+    try:
+        reports = _recipe_reports(args.target) if args.target.endswith(".toml") else [_path_report(args)]
+    except _UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except DatasetError as exc:
+        print(f"FAIL: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([report.to_dict() for report in reports], indent=2))
+    else:
+        print("\n".join(report.render() for report in reports))
+    return 1 if any(report.fails for report in reports) else 0
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _path_report(args: argparse.Namespace) -> Any:
+    from cosmos_sana_plugins.datasets.check import check_path
+
+    return check_path(args.target, on_bad_sample=args.on_bad_sample, size=tuple(args.size),
+                      num_frames=args.num_frames, fps=args.fps, stride=args.stride, short_clip=args.short_clip)
+
+
+def _recipe_reports(path: str) -> list[Any]:
+    import tomllib
+
+    from cosmos_sana.config import wants_cosmos_sana
+    from cosmos_sana.plugin_manager import PluginError, installed_plugins
+    from cosmos_sana.runtime import component_params
+    from cosmos_sana.settings import SettingsError, parse_custom
+    from cosmos_sana_plugins.datasets.check import check_dataset
+
+    try:
+        with open(path, "rb") as handle:
+            raw = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise _UsageError(f"{path}: {exc}") from exc
+    if not wants_cosmos_sana(raw):
+        raise _UsageError(f'{path}: not a cosmos-sana recipe (needs [custom] package = "cosmos-sana")')
+    try:
+        settings = parse_custom(raw["custom"], source=path)
+        registry = installed_plugins()
+        reports = []
+        for field in ("data", "val_data", "real_data"):
+            ref = getattr(settings, field)
+            if ref is None:
+                continue
+            params = component_params(registry, "dataset", ref, f"custom.{field}")
+            dataset = registry.get("dataset", ref.name).load()(params, cosmos_config=raw, on_bad_sample="skip")
+            reports.append(check_dataset(dataset, f"custom.{field} ({ref.name})", ref.on_bad_sample))
+    except (SettingsError, PluginError) as exc:
+        raise _UsageError(str(exc)) from exc
+    if not reports:
+        raise _UsageError(f"{path}: no [custom.data], [custom.val_data] or [custom.real_data] table")
+    return reports

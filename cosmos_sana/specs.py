@@ -53,7 +53,7 @@ class ModelSpec(_Spec):
 
 @dataclass(frozen=True)
 class DatasetSpec(_Spec):
-    """``target(params, *, seed) -> torch.utils.data.Dataset``."""
+    """``target(params, *, cosmos_config, on_bad_sample) -> torch.utils.data.Dataset``."""
 
     modality: Literal["image", "video", "prompt"] = "prompt"
     kind = "dataset"
@@ -61,8 +61,13 @@ class DatasetSpec(_Spec):
 
 @dataclass(frozen=True)
 class DataPackerSpec(_Spec):
-    """A ``cosmos_rl`` ``BaseDataPacker`` subclass."""
+    """A ``cosmos_rl`` ``BaseDataPacker`` subclass.
 
+    ``model_types``: cosmos-rl model types it becomes the default packer for
+    (cosmos-rl keys every diffusers model as ``"diffusers"``).
+    """
+
+    model_types: tuple[str, ...] = ()
     kind = "data_packer"
 
 
@@ -75,10 +80,14 @@ class RewardSpec(_Spec):
     float tensor ``B×C×H×W`` (image) or ``B×T×C×H×W`` (video) in [0, 1].
     With ``factory=True`` the target is called once as ``target(args, device)`` and
     returns such a function (for scorers that load weights).
+    ``modality="image"`` scorers also score videos, frame by frame (see ``video_reduce``).
     """
 
     modality: Literal["image", "video", "any"] = "any"
     factory: bool = False
+    # videos through an image scorer: mean over the sampled frames, or mean over
+    # the frames scoring > 0 (0 when none does; the OCR rule)
+    video_reduce: Literal["mean", "mean_positive"] = "mean"
     kind = "reward"
 
 

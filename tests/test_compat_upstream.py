@@ -114,3 +114,31 @@ def test_diffuser_model_init_order_the_sana_adapter_relies_on():
     order = [source.index(call) for call in ("self.load_models_from_hf(", "self.apply_lora(", "self.init_output_process(")]
     assert order == sorted(order)
     assert "self.offload = self.config.offload" in source
+
+
+def test_no_default_packer_for_diffusers_upstream():
+    """``register_data_packers`` fills this gap; if upstream ships one, revisit it."""
+    from cosmos_rl.dispatcher.data.packer.base import BaseDataPacker
+
+    assert "allow_override" in inspect.signature(BaseDataPacker.register).parameters
+    registered = BaseDataPacker._MODEL_TO_DEFAULT_DATA_PACKER_REGISTRY.get("diffusers")
+    assert registered is None or registered.__module__.startswith("cosmos_sana_plugins")
+
+
+def test_register_all_puts_our_components_into_upstream_registries():
+    from cosmos_rl.dispatcher.data.packer.base import BaseDataPacker
+    from cosmos_rl.policy.model.base import ModelRegistry
+    from cosmos_rl.policy.trainer.base import TrainerRegistry
+    from cosmos_rl.rollout.rollout_base import RolloutRegistry
+
+    from cosmos_sana.plugin_manager import installed_plugins
+
+    registry = installed_plugins()
+    compat.register_all(registry)
+    assert ModelRegistry._MODEL_REGISTRY["SanaPipeline"].__module__ == "cosmos_sana_plugins.sana.model"
+    assert ModelRegistry._MODEL_REGISTRY["SanaVideoPipeline"].__module__ == "cosmos_sana_plugins.sana.model"
+    for entry in registry.entries("trainer"):
+        assert TrainerRegistry.check_trainer_type_supported(entry.spec.trainer_type)
+    for entry in registry.entries("rollout"):
+        assert RolloutRegistry.check_rollout_type_supported(entry.spec.name)
+    assert type(BaseDataPacker.get_default_data_packer("diffusers")).__name__ == "SanaDataPacker"

@@ -84,6 +84,17 @@ def register_rollouts(registry: PluginRegistry) -> None:
         RolloutRegistry.register(rollout_type=entry.spec.name)(entry.spec.load())
 
 
+def register_data_packers(registry: PluginRegistry) -> None:
+    """Packers declaring ``model_types`` become cosmos-rl's default for them. Without
+    this, diffusers models fall back to an LLM packer (none is registered for
+    ``"diffusers"`` upstream)."""
+    from cosmos_rl.dispatcher.data.packer.base import BaseDataPacker
+
+    for entry in registry.entries("data_packer"):
+        if entry.spec.model_types:
+            BaseDataPacker.register(list(entry.spec.model_types), entry.spec.load(), allow_override=True)
+
+
 def register_tokenizer_loader() -> None:
     """cosmos-rl calls ``AutoTokenizer`` on ``model_name_or_path``, which fails on a
     diffusers pipeline folder; serve the pipeline's own ``tokenizer/`` instead."""
@@ -100,6 +111,39 @@ def register_tokenizer_loader() -> None:
     upstream_register(predicate=is_pipeline, loader=load)
 
 
+#: wait before the next poll when the remote reward server says "not ready"
+REMOTE_REWARD_POLL_S = 0.2
+
+
+def patch_remote_reward_not_ready() -> None:
+    """Defect 7: ``RemoteRewardCalculator.get_results`` raises ``IndexError`` when the oldest
+    queued score is not ready (HTTP 400), which crashes ``report_rollouts``. Answer "nothing
+    ready yet" instead — ``(None, False, -1)``, what ``dequeue_rewards_cal`` expects — after a
+    short wait. Any other failure is re-raised."""
+    import functools
+    import time
+
+    from cosmos_rl.reward.remote_calculator import RemoteRewardCalculator
+
+    upstream = RemoteRewardCalculator.get_results
+    if getattr(upstream, "_cosmos_sana_patch", False):
+        return
+
+    @functools.wraps(upstream)
+    def get_results(self: Any, uuids: Any) -> Any:
+        head = uuids.queue[0] if not uuids.empty() else None
+        try:
+            return upstream(self, uuids)
+        except IndexError:
+            if head is None or uuids.empty() or uuids.queue[0] != head:
+                raise
+            time.sleep(REMOTE_REWARD_POLL_S)
+            return None, False, -1
+
+    get_results._cosmos_sana_patch = True  # type: ignore[attr-defined]
+    RemoteRewardCalculator.get_results = get_results
+
+
 def register_all(registry: PluginRegistry) -> None:
     """Put every plugin component into cosmos-rl's registries (once per registry)."""
     if id(registry) in _registered_into:
@@ -107,7 +151,9 @@ def register_all(registry: PluginRegistry) -> None:
     register_models(registry)
     register_trainers(registry)
     register_rollouts(registry)
+    register_data_packers(registry)
     register_tokenizer_loader()
+    patch_remote_reward_not_ready()
     _registered_into.add(id(registry))
 
 

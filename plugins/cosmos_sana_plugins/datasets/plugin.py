@@ -41,6 +41,7 @@ def cosmos_sana_data_packers() -> list[DataPackerSpec]:
         DataPackerSpec(
             name="sana",
             target=f"{_PKG}.packer:SanaDataPacker",
+            model_types=("diffusers",),
             description="SANA/SANA-Video packer: prompt-major rollout groups, RL policy batches, SFT batches",
         )
     ]

@@ -1,4 +1,8 @@
-"""``[[custom.rewards]]`` and ``[custom.reward_runtime]``."""
+"""``[[custom.rewards]]`` and ``[custom.reward_runtime]``.
+
+The total reward of a sample is ``Σ weight · scale · clamp(score, clip_min, clip_max)``
+over the ``[[custom.rewards]]`` entries; every component is reported beside it.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,17 @@ class RewardRef(ComponentRef):
     clip_min: float | None = Field(default=None, description="clamp this component from below")
     clip_max: float | None = Field(default=None, description="clamp this component from above")
     scale: float = Field(default=1.0, description="multiply the clamped component before weighting")
+    label: str | None = Field(
+        default=None, description="this term's name in scores and logs (default: name); lets a reward appear twice"
+    )
+    frame_stride: int = Field(
+        default=4, ge=1, description="videos: an image scorer sees every N-th frame (0, N, 2N, …)"
+    )
+
+    @property
+    def key(self) -> str:
+        """The component's name in scores and logs."""
+        return self.label or self.name
 
     @model_validator(mode="after")
     def _clip_order(self) -> "RewardRef":
@@ -24,7 +39,7 @@ class RewardRef(ComponentRef):
 
 class RewardRuntime(StrictModel):
     mode: Literal["async", "sync"] = Field(default="async", description="score beside the loop or inline")
-    workers: int = Field(default=1, ge=1, description="scoring worker threads")
-    retries: int = Field(default=2, ge=0, description="retries per failing batch before the run fails")
-    timeout_s: float = Field(default=600.0, gt=0, description="per-batch scoring timeout")
-    device: str | None = Field(default=None, description="scoring device; default: the policy's")
+    workers: int = Field(default=1, ge=1, description="scoring worker threads (async mode)")
+    retries: int = Field(default=2, ge=0, description="retries of a failing or timed-out scorer before the run fails")
+    timeout_s: float = Field(default=600.0, gt=0, description="time limit of one scorer call on one batch")
+    device: str | None = Field(default=None, description="scoring device; default: the device of the media")

@@ -1,0 +1,115 @@
+"""cosmos-rl's remote reward wire format.
+
+Enqueue body (``application/octet-stream``): ``json(header) + b"\\n" + np.save(array)``
+with header ``{"prompts": [...], "reward_fn": {name: weight}, "media_type": ...,
+"video_infos"?: [...]}``. ``media_type="image"``: uint8 ``B×H×W×C``; ``"video"``
+(ours; decoded frames): uint8 ``B×T×H×W×C``. cosmos-rl's own ``"latent"`` (Wan VAE
+latents) is refused: the server has no Wan VAE. Reply ``{"uuid": ...}``.
+Pull: form ``{uuid, type}`` → ``{"scores": {name: [...]}}``; HTTP 400 while not ready.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NOT_READY = "not ready"
+
+
+class ProtocolError(ValueError):
+    """A malformed request; the message says which part."""
+
+
+@dataclass
+class RewardRequest:
+    prompts: list[str]
+    rewards: dict[str, float]
+    media_type: str
+    array: Any  # numpy uint8
+    video_infos: list[dict] = field(default_factory=list)
+
+
+def to_wire(media: Any) -> tuple[Any, str]:
+    """Float ``B×C×H×W`` / ``B×T×C×H×W`` in [0, 1] → (uint8 channels-last array, media type)."""
+    import torch
+
+    quantised = (media.detach().float() * 255).round().clamp(0, 255).to(torch.uint8).cpu()
+    if media.ndim == 4:
+        return quantised.permute(0, 2, 3, 1).numpy(), "image"
+    if media.ndim == 5:
+        return quantised.permute(0, 1, 3, 4, 2).numpy(), "video"
+    raise ProtocolError(f"media must be B×C×H×W or B×T×C×H×W, got shape {tuple(media.shape)}")
+
+
+def from_wire(array: Any, media_type: str) -> Any:
+    """The inverse of :func:`to_wire`: a float tensor in [0, 1], channels first."""
+    import torch
+
+    tensor = torch.from_numpy(array).float() / 255
+    return tensor.permute(0, 3, 1, 2) if media_type == "image" else tensor.permute(0, 1, 4, 2, 3)
+
+
+def encode_request(header: dict[str, Any], array: Any) -> bytes:
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return json.dumps(header).encode("utf-8") + b"\n" + buffer.getvalue()
+
+
+def decode_request(body: bytes) -> RewardRequest:
+    import numpy as np
+
+    head, sep, blob = body.partition(b"\n")
+    if not sep:
+        raise ProtocolError("body must be a JSON header, a newline, then an .npy array")
+    try:
+        header = json.loads(head)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"header is not JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise ProtocolError("header must be a JSON object")
+    try:
+        array = np.load(io.BytesIO(blob), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ProtocolError(f"media is not a .npy array: {exc}") from exc
+
+    media_type = header.get("media_type", "image")
+    if media_type == "latent":
+        raise ProtocolError("media_type 'latent' (Wan VAE latents) is not supported: send decoded frames as 'video'")
+    expected_ndim = {"image": 4, "video": 5}.get(media_type)
+    if expected_ndim is None:
+        raise ProtocolError(f"media_type must be 'image' or 'video', got {media_type!r}")
+    if array.dtype != np.uint8 or array.ndim != expected_ndim or array.shape[-1] not in (1, 3):
+        raise ProtocolError(
+            f"{media_type} media must be uint8 with shape {'B×H×W×C' if expected_ndim == 4 else 'B×T×H×W×C'} "
+            f"(C = 1 or 3), got {array.dtype} {array.shape}"
+        )
+    prompts = header.get("prompts")
+    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+        raise ProtocolError("'prompts' must be a list of strings")
+    if len(prompts) != array.shape[0]:
+        raise ProtocolError(f"{len(prompts)} prompts for {array.shape[0]} media")
+    rewards = header.get("reward_fn")
+    if isinstance(rewards, list):
+        rewards = {name: 1.0 for name in rewards}
+    if not isinstance(rewards, dict) or not rewards:
+        raise ProtocolError("'reward_fn' must be a non-empty {name: weight} object")
+    return RewardRequest(prompts, {str(k): float(v) for k, v in rewards.items()}, media_type, array,
+                         list(header.get("video_infos") or []))
+
+
+def load_token(env_var: str | None = None, file: str | None = None) -> str | None:
+    """The bearer token from a file (first line) or an environment variable; ``None`` if neither is set."""
+    if file:
+        token = Path(file).read_text().strip()
+        if not token:
+            raise ValueError(f"token file {file} is empty")
+        return token
+    if env_var:
+        return os.environ.get(env_var) or None
+    return None

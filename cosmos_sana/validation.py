@@ -114,6 +114,10 @@ def _pick_variant(models: list[type[BaseModel]], value: dict[str, Any]) -> type[
     return None
 
 
+#: keys whose values name registry entries (``RolloutRegistry``), not a fixed list
+REGISTRY_KEYS = {"rollout.backend"}
+
+
 def _choices(field: Any) -> list[Any] | None:
     extra = field.json_schema_extra
     if isinstance(extra, dict) and isinstance(extra.get("choices"), list):
@@ -135,6 +139,8 @@ def unknown_and_out_of_choice(model: type[BaseModel], data: dict[str, Any], pref
             continue
         field = fields.get(key) or next(f for f in fields.values() if f.alias == key)
         choices = _choices(field)
+        if path in REGISTRY_KEYS:  # documented choices list only the LLM backends; plugins register more
+            choices = None
         if choices is not None and not isinstance(value, (dict, list)) and value not in choices:
             issues.append(Issue(path, f"{value!r} is not one of {choices}"))
         models = _model_classes(field.annotation)

@@ -58,6 +58,16 @@ def test_log_lines_are_redacted(fake_tokens):
     assert text.count(MASK) >= 4
 
 
+@pytest.mark.parametrize("key", ["hf_token", "wandb_api_key", "password", "aws_secret_access_key", "secret"])
+def test_secret_config_keys(key):
+    assert redact({key: "value"}) == {key: MASK}
+
+
+@pytest.mark.parametrize("key", ["tokenizer", "score_key", "max_tokens", "keep_last", "key_frames", "monkey"])
+def test_ordinary_config_keys_survive(key):
+    assert redact({key: "value", "table": {key: {"x": 1}}}) == {key: "value", "table": {key: {"x": 1}}}
+
+
 def test_config_dump_masks_secret_keys_and_values(fake_tokens):
     config = {
         "logging": {"wandb_api_key": "literal-in-config", "project": "p"},

@@ -1,0 +1,137 @@
+"""Reading and writing one DCP (``torch.distributed.checkpoint``) folder.
+
+Works in a single process without a process group (CPU tools, tests) and
+collectively on every rank of an initialised group (FSDP / DTensor state is
+written as shards and re-sharded on load, so the rank count may change).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.tensor import DTensor
+
+METADATA_FILE = ".metadata"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or does not match what is being loaded."""
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank_and_world() -> tuple[int, int]:
+    """``(rank, world_size)``; ``(0, 1)`` without a process group."""
+    if is_distributed():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's default planner, but non-tensor entries must unpickle under ``weights_only=True``.
+
+    DCP stores every non-tensor value (ints, lists, strings…) as a pickle and loads
+    it with full unpickling; a tampered checkpoint could run code. Each such entry
+    is first checked with the restricted unpickler, then handed to the default path.
+    """
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        try:
+            torch.load(value, weights_only=True)
+        except Exception as exc:  # the restricted unpickler raises UnpicklingError or RuntimeError
+            raise CheckpointError(
+                f"entry {read_item.dest_index.fqn!r} is not plain data (refused by weights_only loading): {exc}"
+            ) from exc
+        value.seek(0)
+        super().load_bytes(read_item, value)
+
+
+def _tensors(state: Any) -> Iterator[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        yield state.to_local() if isinstance(state, DTensor) else state
+    elif isinstance(state, Mapping):
+        for value in state.values():
+            yield from _tensors(value)
+    elif isinstance(state, (list, tuple)):
+        for value in state:
+            yield from _tensors(value)
+
+
+@contextmanager
+def _single_process_quiet() -> Iterator[None]:
+    """DCP warns on every single-process call that no process group exists; that is intended here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def file_count(state: Mapping[str, Any], chunk_bytes: int | None) -> int:
+    """DCP data files for this rank so that each holds about ``chunk_bytes``."""
+    tensors = list(_tensors(state))
+    if not chunk_bytes or not tensors:
+        return 1
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    return max(1, min(len(tensors), math.ceil(total / chunk_bytes)))
+
+
+def save_state(state: Mapping[str, Any], path: str | Path, *, chunk_bytes: int | None = None) -> None:
+    """Write ``state`` (nested dicts of tensors and plain values) as DCP into ``path``.
+
+    Collective when a process group is initialised. Each rank's share is split
+    into files of about ``chunk_bytes`` (one file when unset).
+    """
+    writer = FileSystemWriter(
+        str(path), single_file_per_rank=True, thread_count=file_count(state, chunk_bytes), sync_files=True
+    )
+    with _single_process_quiet():
+        dcp.save(dict(state), storage_writer=writer, no_dist=not is_distributed())
+
+
+def stored_keys(path: str | Path) -> set[str]:
+    """Flattened keys stored in the DCP folder ``path`` (``a.b.c`` for nested dicts)."""
+    path = Path(path)
+    if not (path / METADATA_FILE).is_file():
+        raise CheckpointError(f"{path}: not a DCP checkpoint (no {METADATA_FILE})")
+    return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+
+
+def load_state(state: dict[str, Any], path: str | Path) -> None:
+    """Fill ``state`` in place from the DCP folder ``path`` (tensors are copied into, others replaced)."""
+    path = Path(path)
+    stored = stored_keys(path)
+    try:
+        with _single_process_quiet():
+            dcp.load(state, storage_reader=FileSystemReader(str(path)), planner=SafeLoadPlanner(), no_dist=not is_distributed())
+    except CheckpointError:
+        raise
+    except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+        sample = ", ".join(sorted(stored)[:5])
+        raise CheckpointError(f"{path}: cannot load ({_reason(exc)}); stored keys include: {sample}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """The first rank's underlying error of a DCP ``CheckpointException``."""
+    if isinstance(exc, CheckpointException) and exc.failures:
+        first_error, _trace = next(iter(exc.failures.values()))
+        return str(first_error)
+    return str(exc)

@@ -1,0 +1,204 @@
+"""Save and resume complete training state as DCP.
+
+A trainer hands over its state as named parts, each a ``Stateful`` (see
+:mod:`cosmos_sana.checkpoint.states`) or a plain dict of tensors/values::
+
+    parts = {
+        "model": ModelState(transformer, lora_only=True, base_pipeline=path),
+        "optim": OptimizerState(transformer, optimizer),
+        "scheduler": lr_scheduler,           # anything with state_dict/load_state_dict
+        "ema": ParameterEMA(transformer, 0.9),
+        "rng": RNGState(seed),
+        "dataloader": sampler,
+        "trainer": {"consumed_samples": n},
+    }
+    save_checkpoint(output_dir, step, parts, config=cosmos_config, keep_last=5)
+    ...
+    path = resolve_resume(config.train.resume, output_dir)
+    step = load_checkpoint(path, parts) if path else 0
+
+Each part becomes one DCP folder ``iter_<step>/<part>/``; ``meta.json`` records
+the step, rank count and part descriptions, ``run_config.json`` the resolved
+(redacted) config, ``config.json`` the model architecture.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cosmos_sana.checkpoint.dcp_io import (
+    CheckpointError,
+    barrier,
+    load_state,
+    rank_and_world,
+    save_state,
+    stored_keys,
+)
+from cosmos_sana.checkpoint.layout import (
+    STAGING_PREFIX,
+    checkpoint_dir,
+    clear_stale,
+    is_complete,
+    iter_name,
+    prune,
+    publish,
+    write_marker,
+)
+from cosmos_sana.checkpoint.states import RNGState
+from cosmos_sana.config.checkpoint import parse_size
+from cosmos_sana.log import get_logger
+from cosmos_sana.redaction import redact
+
+logger = get_logger(__name__)
+
+FORMAT = "cosmos-sana-dcp"
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+RUN_CONFIG_FILE = "run_config.json"
+MODEL_PART = "model"
+EMA_PART = "ema"
+
+
+def _state_of(part: Any) -> dict[str, Any]:
+    if hasattr(part, "state_dict") and callable(part.state_dict):
+        return part.state_dict()
+    if isinstance(part, dict):
+        return part
+    raise TypeError(f"checkpoint part must be a dict or have state_dict/load_state_dict, got {type(part).__name__}")
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A cosmos-rl ``Config`` (pydantic), a mapping or None, as a redacted plain dict."""
+    if config is None:
+        return {}
+    if hasattr(config, "model_dump"):
+        config = config.model_dump(mode="json")
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a mapping or a pydantic model, got {type(config).__name__}")
+    return redact(json.loads(json.dumps(dict(config), default=str)))
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a (redacted) config."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("cosmos-sana", "cosmos-rl", "torch", "diffusers", "transformers", "peft", "safetensors"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def write_meta(folder: Path, *, kind: str, step: int, parts: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """``meta.json`` plus the model's ``config.json`` (rank 0 only)."""
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "step": step,
+        "world_size": rank_and_world()[1],
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config_sha256": config_hash(config),
+        "versions": package_versions(),
+        "parts": {name: (part.describe() if hasattr(part, "describe") else {}) for name, part in parts.items()},
+    }
+    (folder / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    model = parts.get(MODEL_PART)
+    if model is not None and hasattr(model, "write_config"):
+        model.write_config(folder)
+
+
+def read_meta(folder: str | Path) -> dict[str, Any]:
+    path = Path(folder) / META_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing (not a cosmos-sana checkpoint)") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: invalid JSON ({exc})") from exc
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    return meta
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    parts: Mapping[str, Any],
+    *,
+    config: Any = None,
+    keep_last: int | None = None,
+    chunk_size: str | int | None = None,
+) -> Path:
+    """Write ``parts`` as ``<root>/checkpoints/iter_<step>``; collective on every rank.
+
+    Atomic: written to a staging folder, renamed, then marked ``COMPLETE``.
+    ``keep_last`` (cosmos-rl's ``max_keep``; None/-1 keeps all) prunes older ones.
+    ``chunk_size`` ("5GB") bounds each rank's DCP data files.
+    """
+    if not parts:
+        raise ValueError("save_checkpoint needs at least one part")
+    rank, _ = rank_and_world()
+    final = checkpoint_dir(root, step)
+    staging = final.with_name(f"{STAGING_PREFIX}{iter_name(step)}")
+    if rank == 0:
+        clear_stale(root)
+        staging.mkdir(parents=True)
+    barrier()
+    chunk_bytes = parse_size(chunk_size) if chunk_size is not None else None
+    for name, part in parts.items():
+        save_state(_state_of(part), staging / name, chunk_bytes=chunk_bytes)
+    if rank == 0:
+        run_config = config_dict(config)
+        (staging / RUN_CONFIG_FILE).write_text(
+            json.dumps(run_config, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        write_meta(staging, kind="training", step=step, parts=parts, config=run_config)
+        publish(staging, final)
+        write_marker(final, step=step)
+        prune(root, keep_last)
+        logger.info("saved checkpoint %s", final)
+    barrier()
+    return final
+
+
+def load_checkpoint(path: str | Path, parts: Mapping[str, Any]) -> int:
+    """Restore ``parts`` (in place) from a complete checkpoint folder; returns its step.
+
+    Parts stored but not asked for are skipped (with a log line). A rank with no
+    stored RNG state (the run now has more ranks) gets fresh deterministic seeds.
+    """
+    path = Path(path)
+    if not is_complete(path):
+        raise CheckpointError(f"{path}: no COMPLETE marker (missing or partially written checkpoint)")
+    meta = read_meta(path)
+    step = int(meta["step"])
+    for name, part in parts.items():
+        folder = path / name
+        if not folder.is_dir():
+            raise CheckpointError(f"{path}: has no part {name!r} (stored: {sorted(meta['parts'])})")
+        if isinstance(part, RNGState) and part.key not in {k.split(".")[0] for k in stored_keys(folder)}:
+            logger.warning("%s: no RNG state for %s (saved with %s ranks); reseeding", folder, part.key, meta["world_size"])
+            part.seed_missing_rank(step)
+            continue
+        state = _state_of(part)
+        load_state(state, folder)
+        if state is not part:
+            part.load_state_dict(state)
+    skipped = sorted(set(meta["parts"]) - set(parts))
+    if skipped:
+        logger.info("%s: parts not restored: %s", path, skipped)
+    logger.info("resumed from %s (step %d)", path, step)
+    return step
+

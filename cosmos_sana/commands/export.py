@@ -1,0 +1,58 @@
+"""``cosmos-sana export CKPT --out DIR``: a DCP checkpoint → diffusers / LoRA / merged / native SANA."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = (
+    "export a DCP checkpoint (training iter_N folder, a training output dir = its latest, or a convert-to-dcp "
+    "folder) as a diffusers pipeline, a LoRA (diffusers + PEFT), LoRA merged into the base, or a native SANA .pth"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="checkpoint folder, or a training output dir (latest complete checkpoint)")
+    parser.add_argument("--out", required=True, help="export folder (a previous export there is replaced)")
+    parser.add_argument(
+        "--format", default="auto", choices=("auto", "diffusers", "lora", "merged", "native"),
+        help="auto: lora for LoRA checkpoints, diffusers otherwise",
+    )
+    parser.add_argument("--ema", action="store_true", help="export the EMA weights instead of the trained ones")
+    parser.add_argument("--base", help="base pipeline folder (default: the one recorded in the checkpoint)")
+    parser.add_argument("--adapter", help="LoRA adapter to export (default: the trained one, e.g. 'default')")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="transformer dtype (default: as stored)")
+    parser.add_argument("--max-shard-size", default="5GB", help="safetensors shard size for pipeline exports")
+    verify = parser.add_argument_group("verification")
+    verify.add_argument("--verify", action="store_true", help="load the export, generate once, reject NaN/constant output")
+    verify.add_argument("--verify-size", type=int, default=256, help="square resolution of the test sample (default 256)")
+    verify.add_argument("--verify-steps", type=int, default=2, help="sampling steps (default 2)")
+    verify.add_argument("--verify-frames", type=int, default=5, help="frames for video pipelines (4k+1, default 5)")
+    verify.add_argument("--device", help="device for --verify (default: cuda if available, else cpu)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from cosmos_sana.checkpoint import CheckpointError
+    from cosmos_sana.export import VerificationFailed, VerifyOptions, export_checkpoint
+
+    verify = None
+    if args.verify:
+        verify = VerifyOptions(
+            height=args.verify_size, width=args.verify_size, steps=args.verify_steps,
+            frames=args.verify_frames, device=args.device,
+        )
+    try:
+        out = export_checkpoint(
+            args.checkpoint, args.out, fmt=args.format, ema=args.ema, base=args.base, adapter=args.adapter,
+            dtype=getattr(torch, args.dtype) if args.dtype else None, max_shard_size=args.max_shard_size, verify=verify,
+        )
+    except VerificationFailed as exc:
+        print(f"error: verification failed, nothing exported: {exc}", file=sys.stderr)
+        return 2
+    except (CheckpointError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"exported {out}")
+    return 0

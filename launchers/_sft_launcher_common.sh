@@ -1,0 +1,185 @@
+# shellcheck shell=bash
+# Shared body of launchers/launch_sft_<recipe>.sh (and launch_rl_<recipe>.sh); sourced, never run.
+#
+# The recipe launcher sets RECIPE (toml/<RECIPE>.toml), MODALITY (image|video), LAUNCH_KIND (sft|rl,
+# default sft) and its defaults with ': "${VAR:=default}"' (so exported values win), then sources
+# this file with "$@".
+#
+# Usage of every launcher:
+#   launchers/launch_sft_<recipe>.sh [--dry-run] [-- key.path=value ...]
+#
+# Environment (exported values override the defaults):
+#   DATASET_PATH            training data (folder, .jsonl, .zip; RL prompts may be builtin:NAME) -> DATASET_KEY
+#   BASE_CHECKPOINT_PATH    diffusers pipeline folder (model_index.json)         -> policy.model_name_or_path
+#   INIT_DCP_PATH           optional: `cosmos-sana convert-to-dcp` output        -> custom.checkpoint.init_from
+#   NATIVE_CHECKPOINT_PATH  optional: native SANA transformer (.pth, hf://...)   -> custom.model.native_checkpoint
+#   WAN_VAE_PATH            required with a native SANA-Video checkpoint: the Wan2.1 VAE folder
+#   OUTPUT_ROOT             run outputs (default ./outputs/train, relative to the current directory)
+#   NPROC_PER_NODE (8), NNODES (1), NODE_RANK (0), MASTER_ADDR, MASTER_PORT (8000, cosmos-rl controller),
+#   RDZV_PORT (29345), NODE_IP_LIST ("ip0;ip1;..." for NNODES > 1)
+#   TOML_FILE, DATASET_KEY  the recipe (default toml/<RECIPE>.toml) and the key DATASET_PATH goes to
+#   DRY_RUN=1               validate and write the resolved config only (same as --dry-run)
+#   COSMOS_SANA, COSMOS_RL  commands to run (default: cosmos-sana, cosmos-rl on PATH)
+
+set -euo pipefail
+
+LAUNCHER_NAME=$(basename -- "$0")
+REPO_ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+
+die() {
+  echo "$LAUNCHER_NAME: error: $*" >&2
+  exit 2
+}
+
+usage() {
+  sed -n '/^# Usage of every launcher:/,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+abspath() {
+  case $1 in
+    /* | hf://* | builtin:*) printf '%s\n' "$1" ;;
+    *) printf '%s\n' "$PWD/${1#./}" ;;
+  esac
+}
+
+# A TOML basic string (quotes and backslashes escaped) for `--set key=VALUE`.
+toml_str() {
+  local s=${1//\\/\\\\}
+  printf '"%s"' "${s//\"/\\\"}"
+}
+
+require_int() {
+  [[ $2 =~ ^[0-9]+$ ]] || die "$1=$2 is not a non-negative integer"
+}
+
+# ---------------------------------------------------------------- arguments
+: "${DRY_RUN:=0}"
+USER_OVERRIDES=()
+while (($# > 0)); do
+  case $1 in
+    --dry-run) DRY_RUN=1 ;;
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    --)
+      shift
+      USER_OVERRIDES=("$@")
+      break
+      ;;
+    *) die "unknown argument '$1' (config overrides go after --, e.g. -- train.epoch=2)" ;;
+  esac
+  shift
+done
+for override in "${USER_OVERRIDES[@]+"${USER_OVERRIDES[@]}"}"; do
+  [[ $override == *=* && ${override%%=*} =~ ^[A-Za-z0-9_.-]+$ ]] ||
+    die "override '$override' must look like key.path=value"
+done
+
+# ---------------------------------------------------------------- defaults
+: "${RECIPE:?the recipe launcher must set RECIPE}"
+: "${MODALITY:?the recipe launcher must set MODALITY (image or video)}"
+: "${TOML_FILE:=$REPO_ROOT/toml/$RECIPE.toml}"
+: "${DATASET_KEY:=custom.data.args.path}"
+: "${OUTPUT_ROOT:=./outputs/train}"
+: "${NPROC_PER_NODE:=8}"
+: "${NNODES:=1}"
+: "${NODE_RANK:=0}"
+: "${MASTER_PORT:=8000}"
+: "${RDZV_PORT:=29345}"
+: "${COSMOS_SANA:=cosmos-sana}"
+: "${COSMOS_RL:=cosmos-rl}"
+
+for var in NPROC_PER_NODE NNODES NODE_RANK MASTER_PORT RDZV_PORT; do
+  require_int "$var" "${!var}"
+done
+((NPROC_PER_NODE >= 1 && NNODES >= 1)) || die "NPROC_PER_NODE and NNODES must be at least 1"
+((NODE_RANK < NNODES)) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
+
+TOML_FILE=$(abspath "$TOML_FILE")
+DATASET_PATH=$(abspath "${DATASET_PATH:?the recipe launcher must default DATASET_PATH}")
+BASE_CHECKPOINT_PATH=$(abspath "${BASE_CHECKPOINT_PATH:?the recipe launcher must default BASE_CHECKPOINT_PATH}")
+OUTPUT_ROOT=$(abspath "$OUTPUT_ROOT")
+STEM=$(basename -- "$TOML_FILE" .toml)
+RUN_DIR=$OUTPUT_ROOT/$STEM
+LOG_DIR=$RUN_DIR/logs
+LOG_FILE=$LOG_DIR/${STEM}_${LAUNCH_KIND:-sft}.log
+RESOLVED_TOML=$RUN_DIR/$STEM.resolved.toml
+
+# ---------------------------------------------------------------- checks
+[[ -f $TOML_FILE ]] || die "recipe $TOML_FILE not found (recipes ship in the repository's toml/ folder; set TOML_FILE to use another)"
+command -v "$COSMOS_SANA" >/dev/null ||
+  die "'$COSMOS_SANA' not on PATH: install the package (pip install -e . in $REPO_ROOT) or activate its environment"
+[[ $DATASET_PATH == builtin:* || -e $DATASET_PATH ]] ||
+  die "DATASET_PATH=$DATASET_PATH does not exist: export DATASET_PATH=<your data> (layouts: README 'Data'; check it with: $COSMOS_SANA data $DATASET_PATH)"
+[[ -f $BASE_CHECKPOINT_PATH/model_index.json ]] ||
+  die "BASE_CHECKPOINT_PATH=$BASE_CHECKPOINT_PATH is not a diffusers pipeline folder (no model_index.json): download the pipeline (huggingface-cli download <repo> --local-dir DIR) or build a tiny one with '$COSMOS_SANA make-tiny --out DIR', then export BASE_CHECKPOINT_PATH=DIR"
+
+CONFIG_SETS=(
+  "train.output_dir=$(toml_str "$RUN_DIR")"
+  "policy.model_name_or_path=$(toml_str "$BASE_CHECKPOINT_PATH")"
+  "$DATASET_KEY=$(toml_str "$DATASET_PATH")"
+  "policy.parallelism.dp_shard_size=$((NPROC_PER_NODE * NNODES))"
+)
+if [[ ${LAUNCH_KIND:-sft} == rl ]]; then  # colocated RL: the rollout shares the policy's GPUs
+  CONFIG_SETS+=("rollout.parallelism.dp_shard_size=$((NPROC_PER_NODE * NNODES))")
+fi
+
+if [[ -n ${INIT_DCP_PATH:-} ]]; then
+  INIT_DCP_PATH=$(abspath "$INIT_DCP_PATH")
+  [[ -f $INIT_DCP_PATH/model/.metadata ]] ||
+    die "INIT_DCP_PATH=$INIT_DCP_PATH has no DCP model/: create it with '$COSMOS_SANA convert-to-dcp $BASE_CHECKPOINT_PATH --out $INIT_DCP_PATH'"
+  CONFIG_SETS+=("custom.checkpoint.init_from=$(toml_str "$INIT_DCP_PATH")")
+fi
+
+if [[ -n ${NATIVE_CHECKPOINT_PATH:-} ]]; then
+  NATIVE_CHECKPOINT_PATH=$(abspath "$NATIVE_CHECKPOINT_PATH")
+  [[ $NATIVE_CHECKPOINT_PATH == hf://* || -e $NATIVE_CHECKPOINT_PATH ]] ||
+    die "NATIVE_CHECKPOINT_PATH=$NATIVE_CHECKPOINT_PATH does not exist (a local .pth/.safetensors/.index.json, or hf://ORG/REPO/FILE)"
+  if [[ $MODALITY == video ]]; then
+    [[ -n ${WAN_VAE_PATH:-} ]] ||
+      die "a native SANA-Video checkpoint needs the Wan2.1 VAE: export WAN_VAE_PATH=<folder with the AutoencoderKLWan config.json and weights>"
+    WAN_VAE_PATH=$(abspath "$WAN_VAE_PATH")
+    grep -q '"_class_name": *"AutoencoderKLWan"' "$WAN_VAE_PATH/config.json" 2>/dev/null ||
+      die "WAN_VAE_PATH=$WAN_VAE_PATH is not a Wan VAE folder (its config.json must say \"_class_name\": \"AutoencoderKLWan\")"
+    grep -q '"AutoencoderKLWan"' "$BASE_CHECKPOINT_PATH/model_index.json" ||
+      die "BASE_CHECKPOINT_PATH=$BASE_CHECKPOINT_PATH does not use the Wan VAE; use a SanaVideoPipeline folder whose vae/ is $WAN_VAE_PATH"
+  fi
+  CONFIG_SETS+=("custom.model.native_checkpoint=$(toml_str "$NATIVE_CHECKPOINT_PATH")")
+fi
+
+if ((NNODES > 1)); then
+  [[ -n ${MASTER_ADDR:-} ]] || die "NNODES=$NNODES needs MASTER_ADDR (the address of the node running the controller)"
+  [[ -n ${NODE_IP_LIST:-} ]] || die "NNODES=$NNODES needs NODE_IP_LIST=\"ip0;ip1;...\" (one address per node, rank order)"
+fi
+
+# ---------------------------------------------------------------- resolve and validate
+mkdir -p "$LOG_DIR"
+SET_ARGS=()
+for kv in "${CONFIG_SETS[@]}" "${USER_OVERRIDES[@]+"${USER_OVERRIDES[@]}"}"; do
+  SET_ARGS+=(--set "$kv")
+done
+
+echo "=== $(date '+%Y-%m-%d %H:%M:%S') $LAUNCHER_NAME: recipe $TOML_FILE -> $RESOLVED_TOML" | tee -a "$LOG_FILE"
+if ! "$COSMOS_SANA" validate "$TOML_FILE" "${SET_ARGS[@]}" --dump "$RESOLVED_TOML" 2>&1 | tee -a "$LOG_FILE"; then
+  die "the recipe with these settings does not validate (details above and in $LOG_FILE)"
+fi
+
+if [[ $DRY_RUN =~ ^(1|true|yes)$ ]]; then
+  echo "$LAUNCHER_NAME: dry run: configuration valid, resolved config at $RESOLVED_TOML; not launching" | tee -a "$LOG_FILE"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- launch
+LAUNCH=("$COSMOS_RL" --config "$RESOLVED_TOML" --port "$MASTER_PORT" --rdzv-port "$RDZV_PORT" --log-dir "$LOG_DIR")
+if ((NNODES > 1)); then
+  LAUNCH+=(--num-workers "$NNODES" --worker-idx "$NODE_RANK" --url "$MASTER_ADDR:$MASTER_PORT" --node-ip-list "$NODE_IP_LIST")
+fi
+LAUNCH+=(cosmos_sana.bridge) # every role loads the plugins (does not rely on the autoload .pth)
+echo "$LAUNCHER_NAME: ${LAUNCH[*]}" | tee -a "$LOG_FILE"
+set +e
+"${LAUNCH[@]}" 2>&1 | tee -a "$LOG_FILE"
+STATUS=${PIPESTATUS[0]}
+set -e
+echo "$LAUNCHER_NAME: trainer exited with status $STATUS (log: $LOG_FILE)" >&2
+exit "$STATUS"

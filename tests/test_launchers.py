@@ -1,0 +1,134 @@
+"""The SFT/RL launch scripts: path checks, dry run, overrides, env defaults, exit status, shellcheck."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCHERS = REPO / "launchers"
+IMAGE_SFT = LAUNCHERS / "launch_sft_sana-image-sft.sh"
+VIDEO_SFT = LAUNCHERS / "launch_sft_sana-video-sft-lora.sh"
+FAKE_COSMOS_RL = """#!/usr/bin/env bash
+echo "fake cosmos-rl $*"
+touch "$FAKE_MARK"
+exit "${FAKE_STATUS:-0}"
+"""
+#: stands in for `cosmos-sana validate` where the real one (its imports take 15 s) is not what is tested
+FAKE_COSMOS_SANA = """#!/usr/bin/env bash
+[[ $1 == validate ]] || exit 64
+recipe=$2
+while (($# > 1)); do [[ $1 == --dump ]] && cp "$recipe" "$2"; shift; done
+exit "${FAKE_VALIDATE_STATUS:-0}"
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> dict[str, str]:
+    """A caller's working directory with data, a pipeline folder and a fake ``cosmos-rl``."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "model_index.json").write_text('{"_class_name": "SanaPipeline", "vae": ["diffusers", "AutoencoderDC"]}')
+    fake = tmp_path / "bin" / "cosmos-rl"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_COSMOS_RL)
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in {"DATASET_PATH", "BASE_CHECKPOINT_PATH", "OUTPUT_ROOT", "DRY_RUN"}}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+        COSMOS_RL=str(fake),
+        FAKE_MARK=str(tmp_path / "cosmos-rl-ran"),
+        DATASET_PATH="data",
+        BASE_CHECKPOINT_PATH="base",
+        NPROC_PER_NODE="2",
+    )
+    return env
+
+
+def launch(script: Path, env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(script), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_shellcheck_clean() -> None:
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is required (apt-get install shellcheck)"
+    scripts = sorted(str(p) for p in LAUNCHERS.glob("*.sh"))
+    result = subprocess.run([shellcheck, "-x", *scripts], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_missing_dataset_is_named_and_fails_dry_run(workspace: dict[str, str], tmp_path: Path) -> None:
+    workspace["DATASET_PATH"] = "nope/data"
+    result = launch(IMAGE_SFT, workspace, tmp_path, "--dry-run")
+    assert result.returncode != 0
+    assert f"DATASET_PATH={tmp_path}/nope/data does not exist" in result.stderr
+    assert not (tmp_path / "cosmos-rl-ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "message"),
+    [
+        ({"BASE_CHECKPOINT_PATH": "data"}, [], "is not a diffusers pipeline folder"),
+        ({}, ["--bogus"], "unknown argument '--bogus'"),
+        ({}, ["--", "no-equals-sign"], "must look like key.path=value"),
+        ({"NNODES": "2"}, [], "needs MASTER_ADDR"),
+        ({"INIT_DCP_PATH": "data"}, [], "convert-to-dcp"),
+    ],
+)
+def test_bad_settings_fail_before_validation(workspace, tmp_path: Path, env, args, message) -> None:
+    result = launch(IMAGE_SFT, {**workspace, **env}, tmp_path, *args)
+    assert result.returncode != 0 and message in result.stderr
+
+
+def test_native_video_requires_wan_vae(workspace: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "native.pth").write_bytes(b"")
+    workspace["NATIVE_CHECKPOINT_PATH"] = "native.pth"
+    result = launch(VIDEO_SFT, workspace, tmp_path, "--dry-run")
+    assert result.returncode != 0 and "export WAN_VAE_PATH=" in result.stderr
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "vae" / "config.json").write_text('{"_class_name": "AutoencoderDC"}')
+    result = launch(VIDEO_SFT, {**workspace, "WAN_VAE_PATH": "vae"}, tmp_path, "--dry-run")
+    assert result.returncode != 0 and f"WAN_VAE_PATH={tmp_path}/vae is not a Wan VAE folder" in result.stderr
+
+
+def fake_validate(env: dict[str, str], tmp_path: Path, status: int) -> dict[str, str]:
+    fake = tmp_path / "bin" / "cosmos-sana"
+    fake.write_text(FAKE_COSMOS_SANA)
+    fake.chmod(0o755)
+    return {**env, "COSMOS_SANA": str(fake), "FAKE_VALIDATE_STATUS": str(status)}
+
+
+def test_dry_run_resolves_env_and_overrides_without_launching(workspace: dict[str, str], tmp_path: Path) -> None:
+    env = {**workspace, "OUTPUT_ROOT": "runs", "DRY_RUN": "1"}
+    result = launch(IMAGE_SFT, env, tmp_path, "--", "train.epoch=7")  # the real `cosmos-sana validate`
+    assert result.returncode == 0, result.stderr
+    assert "dry run" in result.stdout and not (tmp_path / "cosmos-rl-ran").exists()
+    run_dir = tmp_path / "runs" / "sana-image-sft"
+    resolved = tomllib.loads((run_dir / "sana-image-sft.resolved.toml").read_text())
+    assert resolved["train"]["epoch"] == 7
+    assert resolved["train"]["output_dir"] == str(run_dir)
+    assert resolved["policy"]["model_name_or_path"] == str(tmp_path / "base")
+    assert resolved["custom"]["data"]["args"]["path"] == str(tmp_path / "data")
+    assert resolved["policy"]["parallelism"]["dp_shard_size"] == 2  # NPROC_PER_NODE=2 overrides the default 8
+
+
+def test_launch_returns_trainer_status_and_tees_log(workspace: dict[str, str], tmp_path: Path) -> None:
+    env = fake_validate({**workspace, "FAKE_STATUS": "3", "MASTER_PORT": "8123"}, tmp_path, status=0)
+    result = launch(IMAGE_SFT, env, tmp_path)
+    assert result.returncode == 3, result.stderr
+    run_dir = tmp_path / "outputs" / "train" / "sana-image-sft"
+    expected = f"fake cosmos-rl --config {run_dir}/sana-image-sft.resolved.toml --port 8123"
+    assert expected in result.stdout and result.stdout.rstrip().endswith("cosmos_sana.bridge")
+    assert expected in (run_dir / "logs" / "sana-image-sft_sft.log").read_text()
+
+
+def test_validation_failure_stops_the_launch(workspace: dict[str, str], tmp_path: Path) -> None:
+    result = launch(IMAGE_SFT, fake_validate(workspace, tmp_path, status=1), tmp_path)
+    assert result.returncode != 0 and "does not validate" in result.stderr
+    assert not (tmp_path / "cosmos-rl-ran").exists()

@@ -18,6 +18,10 @@ COMMANDS: dict[str, str] = {
     "make-tiny": "cosmos_sana.commands.make_tiny",
     "convert-native": "cosmos_sana.commands.convert_native",
     "wheelhouse": "cosmos_sana.commands.wheelhouse",
+    "score": "cosmos_sana.commands.score",
+    "reward-server": "cosmos_sana.commands.reward_server",
+    "convert-to-dcp": "cosmos_sana.commands.convert_to_dcp",
+    "export": "cosmos_sana.commands.export",
 }
 
 

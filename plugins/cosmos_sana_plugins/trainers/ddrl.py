@@ -1,0 +1,60 @@
+"""DDRL (arXiv 2512.04332): Flow-GRPO's clipped policy term plus ``data_beta`` × the
+flow-matching loss on real data, which replaces the reverse-KL penalty.
+
+Real data is ``[custom.real_data]`` (an ``images``/``videos`` dataset) read in random order
+for ever; each loss evaluation draws ``[custom.trainer] real_batch_size`` samples (default
+``train_policy.mini_batch``). ``kl_beta`` must be 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from cosmos_sana.settings import settings_of
+from cosmos_sana_plugins.trainers.flow_matching import encode_items, flow_matching_per_sample
+from cosmos_sana_plugins.trainers.grpo import SanaFlowGRPOTrainer
+from cosmos_sana_plugins.trainers.rl import RolloutBatch
+
+
+def endless_batches(dataset: Any, batch_size: int, seed: int) -> Iterator[list[Any]]:
+    """Shuffled batches of dataset items, epoch after epoch (a fresh order each epoch)."""
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, shuffle=True, generator=generator, collate_fn=list
+        )
+        yield from loader
+
+
+class SanaDDRLTrainer(SanaFlowGRPOTrainer):
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        super().check_config(config)
+        if config.train.train_policy.kl_beta != 0:
+            raise ValueError(
+                f"train.train_policy.kl_beta = {config.train.train_policy.kl_beta}: DDRL replaces the KL penalty "
+                "with custom.trainer.data_beta × the flow-matching loss on real data; set kl_beta = 0"
+            )
+        if settings_of(config).real_data is None:
+            raise ValueError("custom.real_data: DDRL needs a real-data dataset (an images or videos dataset)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from cosmos_sana.plugin_manager import installed_plugins
+        from cosmos_sana.runtime import dataset_factory
+
+        dataset = dataset_factory(installed_plugins(), "real_data")(self.config)
+        size = self.settings.trainer.real_batch_size or self.config.train.train_policy.mini_batch
+        self.real_batches = endless_batches(dataset, size, (self.config.train.seed or 0) + self.global_rank)
+
+    def loss_terms(
+        self, batch: RolloutBatch, index: torch.Tensor, step: torch.Tensor, adv: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        terms = super().loss_terms(batch, index, step, adv)
+        latents, text = encode_items(self.model, next(self.real_batches))
+        terms["data_loss"] = flow_matching_per_sample(self.model, latents, text).mean()
+        terms["loss"] = terms["loss"] + self.settings.trainer.data_beta * terms["data_loss"]
+        return terms

@@ -1,0 +1,157 @@
+"""``[rollout] backend = "sana"``: the colocated rollout for SANA / SANA-Video.
+
+Samples with A2's sampler (``[custom.rollout] sampler``, ``[policy.diffusers.sample]``) on
+the policy the trainer asks for (``model.rl_policies``: NFT's ``old``, else the current
+weights), optionally best-of-n (``[custom.rollout.best_of_n]``). ``P`` prompts give a
+prompt-major batch of ``P·n`` samples; prompt ``i`` owns rows ``[i·n, (i+1)·n)``.
+
+Each ``RolloutResult`` carries ``completions`` (media ``[n, …]`` in [0, 1], what rewards
+score) and, per sample, the ``extra_info`` the trainers read: ``x0`` (final latents),
+``sigmas`` (the σ grid), ``text_embeds``/``text_mask``, ``seeds`` and, for stochastic
+samplers, ``trajectory`` (every latent) and ``log_probs`` (per step). It sets
+``completion_trainable`` — without it cosmos-rl drops ``extra_info`` on the way to the trainer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import torch
+from cosmos_rl.rollout.rollout_base import RolloutBase
+from cosmos_rl.rollout.schema import RolloutResult
+
+from cosmos_sana.log import get_logger
+from cosmos_sana.settings import settings_of
+from cosmos_sana_plugins.datasets.grouping import group_slices
+from cosmos_sana_plugins.datasets.packer import prompt_item
+from cosmos_sana_plugins.trainers.best_of_n import (
+    BestOfNSampler,
+    MergedTransformer,
+    check_preview_support,
+    sample_in_chunks,
+    transformer_for,
+)
+from cosmos_sana_plugins.trainers.policies import OLD
+
+logger = get_logger(__name__)
+
+class SanaRollout(RolloutBase):
+    def post_init_hook(self, **kwargs: Any) -> None:
+        self.settings = settings_of(self.config)
+        self.model: Any = None
+        self._seeds = torch.Generator().manual_seed(self.config.train.seed or 0)
+        self._best_of_n: BestOfNSampler | None = None
+        self._merged: dict[str, MergedTransformer] = {}
+
+    # ------------------------------------------------------------------ cosmos-rl API
+    def init_engine(self, quantization: str | None = None, seed: int | None = None, load_format: str = "auto", **kwargs: Any) -> None:
+        if seed is not None:  # distinct seed streams per rank
+            self._seeds.manual_seed(int(seed) + int(os.environ.get("RANK", 0)))
+        self._engine_initialized = True
+
+    def get_underlying_model(self) -> Any:
+        return self.model
+
+    def set_underlying_model(self, model: Any) -> None:
+        """Colocated: the policy's model object itself (no weight copy)."""
+        self.model = model
+        options = self.settings.rollout.best_of_n
+        if options is not None and self._best_of_n is None:
+            self._setup_best_of_n(options)
+
+    def _setup_best_of_n(self, options: Any) -> None:
+        from cosmos_sana.plugin_manager import installed_plugins
+        from cosmos_sana.rewards.scorers import ScorerSet
+
+        check_preview_support(options.preview_model, self.model.current_device())
+        scorers = ScorerSet.from_settings(self.settings, installed_plugins(), self.settings.reward_runtime.device)
+        self._best_of_n = BestOfNSampler(
+            options, self.config.rollout.n_generation, lambda media, prompts, meta: scorers.score(media, prompts, meta).total
+        )
+        for kind in {options.preview_model, options.fullrollout_model} - {"peft"}:
+            self._merged[kind] = MergedTransformer(kind, self._rollout_source, self._rollout_version)
+
+    def _rollout_source(self) -> tuple[torch.nn.Module, str | None]:
+        policies = getattr(self.model, "rl_policies", None)
+        old = policies is not None and policies.rollout_policy == "old"
+        if not self.model.lora_names:
+            return (policies.old if old else self.model.transformer), None
+        return self.model.transformer, OLD if old else self.model.trainable_adapter
+
+    def _rollout_version(self) -> int:
+        policies = getattr(self.model, "rl_policies", None)
+        return policies.version if policies is not None else 0
+
+    def _view(self, is_validation: bool) -> contextlib.AbstractContextManager[Any]:
+        """Rollouts: the policy the trainer samples with; validation: the current (EMA) weights."""
+        policies = getattr(self.model, "rl_policies", None)
+        if policies is None:
+            return contextlib.nullcontext(self.model)
+        return policies.evaluation_view() if is_validation else policies.rollout_view()
+
+    def _draw_seeds(self, count: int) -> list[int]:
+        return torch.randint(0, 2**31 - 1, (count,), generator=self._seeds).tolist()
+
+    @torch.no_grad()
+    def rollout_generation(
+        self,
+        payloads: list[Any],
+        stream: Any = None,
+        data_packer: Any = None,
+        data_fetcher: Any = None,
+        is_validation: bool = False,
+        *args: Any,
+        **kwargs: Any,
+    ) -> list[RolloutResult]:
+        from cosmos_sana_plugins.sana.sampling import sampler_settings
+
+        if self.model is None:
+            raise RuntimeError("rollout has no model: cosmos-rl's colocated loop must set_underlying_model first")
+        n = self.config.validation.n_generation if is_validation else self.config.rollout.n_generation
+        items = [prompt_item(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
+        prompts, metadata = [t for t, _ in items], [m for _, m in items]
+        settings = sampler_settings(self.config, self.model, validation=is_validation)
+        text = self.model.encode_text(prompts)
+        with self._view(is_validation) as view:
+            if self._best_of_n is not None and not is_validation:
+                options = self.settings.rollout.best_of_n
+                out, seeds, _ = self._best_of_n.generate(
+                    transformer_for(options.preview_model, view, self._merged.get(options.preview_model)),
+                    transformer_for(options.fullrollout_model, view, self._merged.get(options.fullrollout_model)),
+                    text, prompts, metadata, settings, self._draw_seeds,
+                )
+            else:
+                seeds = self._draw_seeds(len(prompts) * n)
+                chunk = self.config.rollout.n_generation_mini_batch or len(seeds)
+                out = sample_in_chunks(view, text.repeat_interleave(n), seeds, settings, chunk)
+        return self._results(payloads, n, out, text.repeat_interleave(n), seeds, is_validation)
+
+    def _results(self, payloads: list[Any], n: int, out: Any, text: Any, seeds: list[int], is_validation: bool) -> list[RolloutResult]:
+        traj = out.trajectory
+        stochastic = traj.sampler != "ode"
+        per_sample = {
+            "x0": out.latents,
+            "sigmas": traj.sigmas.expand(len(seeds), -1),
+            "text_embeds": text.embeds,
+            "text_mask": text.mask,
+            "seeds": torch.tensor(seeds),
+        }
+        if stochastic:
+            per_sample["trajectory"] = traj.latents
+            per_sample["log_probs"] = traj.log_probs
+        results = []
+        for payload, rows in zip(payloads, group_slices(len(payloads), n)):
+            results.append(
+                RolloutResult(
+                    prompt=payload.prompt,
+                    completions=out.media[rows],
+                    completion_trainable=None if is_validation else [True] * n,
+                    extra_info={
+                        "modality": "video" if self.model.is_video else "image",
+                        **{key: value[rows] for key, value in per_sample.items()},
+                    },
+                )
+            )
+        return results

@@ -1,0 +1,56 @@
+"""Run logging: metrics JSONL, media files, reward summaries, wandb offline and absent."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+
+import pytest
+import torch
+
+from cosmos_sana_plugins.trainers.runlog import RunLog, summarize
+
+
+def test_summarize_reward_statistics():
+    stats = summarize("reward/ocr", [1.0, 2.0, 4.0, 5.0])
+    assert stats == {"reward/ocr/mean": 3.0, "reward/ocr/std": math.sqrt(2.5), "reward/ocr/min": 1.0, "reward/ocr/max": 5.0}
+    assert summarize("x", []) == {}
+
+
+def test_metrics_and_media_on_disk_without_wandb(tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_wandb(name, *args, **kwargs):
+        if name == "wandb":
+            raise ImportError("no wandb here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    log = RunLog(tmp_path, use_wandb=True, progress_bar=True, media_count=2)
+    log.log(1, {"train/loss": 0.5, "reward/mean": 0.25, "nan": float("nan"), "note": "text"}, total_steps=3)
+    log.log(2, {"train/loss": 0.4}, total_steps=3)
+    paths = log.media(2, "rollout", torch.rand(3, 3, 8, 8), ["a", "b", "c"])
+    log.close()
+    lines = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert lines == [{"step": 1, "train/loss": 0.5, "reward/mean": 0.25}, {"step": 2, "train/loss": 0.4}]
+    assert [p.name for p in paths] == ["step_000002_0.png", "step_000002_1.png"]
+
+
+def test_inactive_off_rank_zero(tmp_path):
+    log = RunLog(tmp_path, rank=1)
+    log.log(1, {"train/loss": 1.0})
+    assert log.media(1, "rollout", torch.rand(1, 3, 8, 8), ["a"]) == []
+    assert not (tmp_path / "logs").exists()
+
+
+def test_wandb_offline_run_gets_metrics_and_media(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    log = RunLog(tmp_path, use_wandb=True, project="p", experiment="e", progress_bar=False, media_count=1)
+    log.log(1, {"train/loss": 0.5})
+    log.media(1, "rollout", torch.rand(1, 3, 8, 8), ["a"])
+    log.close()
+    runs = list((tmp_path / "logs" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))

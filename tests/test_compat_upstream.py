@@ -142,3 +142,12 @@ def test_register_all_puts_our_components_into_upstream_registries():
     for entry in registry.entries("rollout"):
         assert RolloutRegistry.check_rollout_type_supported(entry.spec.name)
     assert type(BaseDataPacker.get_default_data_packer("diffusers")).__name__ == "SanaDataPacker"
+
+
+def test_controller_reads_these_train_report_keys():
+    import re
+
+    source = inspect.getsource(importlib.import_module("cosmos_rl.dispatcher.status"))
+    required = set(re.findall(r'data\["(train/[a-z_]+)"\] for data in reports', source))
+    required |= set(re.findall(r'reports\[0\]\["(train/[a-z_]+)"\]', source))
+    assert required == compat.CONTROLLER_REPORT_KEYS

@@ -78,6 +78,10 @@ def test_lora_step_updates_default_blends_old_and_lowers_loss(lora_image):
             p.copy_(old1[k])
     assert after < before
     assert report["reward/mean"] == pytest.approx(sum(r.reward for r in rollouts) / len(rollouts), abs=1e-6)
+    from cosmos_sana.compat.cosmos_rl import CONTROLLER_REPORT_KEYS
+
+    assert CONTROLLER_REPORT_KEYS <= set(report)
+    assert report["train/loss_max"] >= report["train/loss_avg"]
     assert {"train/loss", "train/policy_loss", "train/kl_loss", "reward/score/max", "optimizer/grad_norm"} <= report.keys()
     # one optimizer step: EMA shadow = 0.9·initial + 0.1·updated (FQN "….lora_A.default.weight")
     assert trainer.ema.shadow

@@ -28,6 +28,12 @@ WORKER_ENTRY_KWARGS = (
     "args",
 )
 
+#: keys cosmos-rl's controller reads from every colocated train report (a missing one is a
+#: KeyError in ``status.train_ack`` and the step's metrics are lost)
+CONTROLLER_REPORT_KEYS = frozenset(
+    {"train/loss_avg", "train/loss_max", "train/learning_rate", "train/iteration_time"}
+)
+
 _registered_into: set[int] = set()
 
 

@@ -165,7 +165,7 @@ class SanaRLTrainer(SanaTrainer):
         per_opt = min(tp.batch_size_per_optimize or batch.size, batch.size)
         mini = min(tp.mini_batch or per_opt, per_opt)
         sums: dict[str, float] = defaultdict(float)
-        count, grad_norms = 0, []
+        count, grad_norms, loss_max = 0, [], float("-inf")
         self.model.transformer.train()
         with torch.enable_grad():
             for _ in range(tp.mu_iterations):
@@ -181,6 +181,7 @@ class SanaRLTrainer(SanaTrainer):
                             (terms["loss"] * weight).backward()
                             for name, value in terms.items():
                                 sums[name] += float(value.detach()) * len(index)
+                            loss_max = max(loss_max, float(terms["loss"].detach()))
                             count += len(index)
                     grad_norms.append(self.optimizer_step(inter_policy_nccl))
                     self.policies.current_changed()
@@ -189,6 +190,9 @@ class SanaRLTrainer(SanaTrainer):
         self.train_step = current_step
         report = {f"train/{name}": total / count for name, total in sums.items()}
         report.update(self.report_common(started, sum(grad_norms) / len(grad_norms)))
+        # the keys cosmos-rl's controller aggregates in every colocated train report
+        report.update({"train/loss_avg": report["train/loss"], "train/loss_max": loss_max})
+        report["train/grad_norm"] = report["optimizer/grad_norm"]
         report.update(summarize("reward", batch.rewards.tolist()))
         for name, values in batch.components.items():
             report.update(summarize(f"reward/{name}", values))

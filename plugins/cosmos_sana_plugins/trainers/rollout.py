@@ -15,6 +15,7 @@ samplers, ``trajectory`` (every latent) and ``log_probs`` (per step). It sets
 from __future__ import annotations
 
 import contextlib
+import time
 import os
 from typing import Any
 
@@ -109,6 +110,7 @@ class SanaRollout(RolloutBase):
 
         if self.model is None:
             raise RuntimeError("rollout has no model: cosmos-rl's colocated loop must set_underlying_model first")
+        started = time.perf_counter()
         n = self.config.validation.n_generation if is_validation else self.config.rollout.n_generation
         items = [prompt_item(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
         prompts, metadata = [t for t, _ in items], [m for _, m in items]
@@ -126,7 +128,9 @@ class SanaRollout(RolloutBase):
                 seeds = self._draw_seeds(len(prompts) * n)
                 chunk = self.config.rollout.n_generation_mini_batch or len(seeds)
                 out = sample_in_chunks(view, text.repeat_interleave(n), seeds, settings, chunk)
-        return self._results(payloads, n, out, text.repeat_interleave(n), seeds, is_validation)
+        results = self._results(payloads, n, out, text.repeat_interleave(n), seeds, is_validation)
+        logger.info("rollout: %d prompts x %d in %.2f s", len(payloads), n, time.perf_counter() - started)
+        return results
 
     def _results(self, payloads: list[Any], n: int, out: Any, text: Any, seeds: list[int], is_validation: bool) -> list[RolloutResult]:
         traj = out.trajectory

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Device: the headline end-to-end NFT run (issue "prove it on the H200", 2a).
+#   bash scripts/device/e2e_nft.sh            (after scripts/device/setup.sh and . /tmp/site/env.sh)
+# A random-initialised SANA-1600M-shaped pipeline at 512 px, JPEG compressibility, launched with the
+# RL launcher (the bare `cosmos-rl --config` underneath); phase 1 is killed after its checkpoint at
+# KILL_AFTER steps, phase 2 resumes to STEPS; then LoRA and full exports, each loaded back by stock
+# diffusers (--verify). Summaries and logs go to $OUT.
+# Env: STEPS (20), SAVE_FREQ (10), REWARD (jpeg_compressibility), PROMPTS (builtin:demo), WORK (/tmp/e2e),
+#      PHASE1_TIMEOUT / PHASE2_TIMEOUT seconds.
+set -uo pipefail
+cd -- "$(dirname -- "$0")/../.." || exit 2
+work=${WORK:-/tmp/e2e}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
+steps=${STEPS:-20}; save=${SAVE_FREQ:-10}
+t0=$(date +%s)
+[[ -d $work/model ]] || cosmos-sana make-tiny --out "$work/model" --preset sana-1600m --device cuda --dtype bfloat16 >"$out/make_tiny.log" 2>&1
+echo "model built: $(( $(date +%s) - t0 )) s"
+overrides=(
+  "policy.diffusers.inference_size=[512, 512]" "rollout.n_generation=8" "rollout.n_generation_mini_batch=8"
+  "rollout.batch_size=2" "train.train_batch_per_replica=16" "train.train_policy.mini_batch=8"
+  "train.max_num_steps=$steps" "train.ckpt.save_freq=$save" "train.ckpt.export_safetensors=false"
+  "logging.logger=[\"console\"]" "custom.rewards=[{name=\"${REWARD:-jpeg_compressibility}\"}]"
+)
+launch() {  # $1 = phase name, $2 = timeout, rest = extra overrides
+  local name=$1 limit=$2; shift 2
+  local t status=0
+  t=$(date +%s)
+  NPROC_PER_NODE=1 DATASET_PATH=${PROMPTS:-builtin:demo} BASE_CHECKPOINT_PATH=$work/model OUTPUT_ROOT=$work/out \
+    timeout -s INT "$limit" bash launchers/launch_rl_sana-image-nft.sh -- "${overrides[@]}" "$@" >"$out/$name.log" 2>&1 || status=$?
+  echo "$name: exit $status after $(( $(date +%s) - t )) s"
+}
+launch phase1 "${PHASE1_TIMEOUT:-330}"
+find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort | tee "$out/checkpoints_after_phase1.txt"
+launch phase2 "${PHASE2_TIMEOUT:-240}" "train.resume=true"
+ckpt=$(find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort -t_ -k2 | tail -1)
+echo "latest checkpoint: $ckpt"
+find "$work/out" -name metrics.jsonl -exec cat {} + >"$out/metrics.jsonl" 2>/dev/null
+for fmt in lora diffusers; do
+  t=$(date +%s)
+  cosmos-sana export "$ckpt" --out "$work/export-$fmt" --format "$fmt" --verify --verify-size 512 \
+    >"$out/export-$fmt.log" 2>&1; echo "export $fmt: exit $? after $(( $(date +%s) - t )) s"
+done
+python - "$out/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+r = [(row.get("step"), row.get("reward/mean")) for row in rows if "reward/mean" in row]
+print("steps logged:", len(r), "| reward first 3:", [round(v, 5) for _, v in r[:3]], "| last 3:", [round(v, 5) for _, v in r[-3:]])
+PY

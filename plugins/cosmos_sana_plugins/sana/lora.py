@@ -113,15 +113,24 @@ def adapter_parameters(transformer: torch.nn.Module, name: str) -> dict[str, tor
 
 
 def activate(transformer: torch.nn.Module, active: str | None, trainable: str | None) -> None:
-    """Forward with adapter ``active`` (None: the base model); only ``trainable``'s params need grad."""
-    if active is None:
-        transformer.disable_adapters()
-    else:
-        transformer.enable_adapters()
-        transformer.set_adapter(active)
-    for name in transformer.peft_config:
-        for param in adapter_parameters(transformer, name).values():
-            param.requires_grad_(name == trainable)
+    """Forward with adapter ``active`` (None: the base model); only ``trainable``'s params need grad.
+
+    One pass over the LoRA layers (a training step switches adapters several times per
+    forward triple, so this runs on the hot path).
+    """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    if active is not None and active not in transformer.peft_config:
+        raise ValueError(f"unknown adapter {active!r}; adapters are {list(transformer.peft_config)}")
+    for layer in transformer.modules():
+        if not isinstance(layer, BaseTunerLayer):
+            continue
+        layer.enable_adapters(active is not None)
+        if active is not None:
+            layer.set_adapter(active)  # PEFT makes the active adapter trainable; reset below
+        for layer_name in layer.adapter_layer_names:
+            for name, item in getattr(layer, layer_name).items():
+                item.requires_grad_(name == trainable)
 
 
 @torch.no_grad()

@@ -4,7 +4,10 @@ Also what the autoload runs in place of cosmos-rl's stock entry modules for the
 bare ``cosmos-rl --config X.toml`` form. In every role (controller, policy,
 rollout, reference) it loads the plugins, registers them with cosmos-rl, and
 calls cosmos-rl's worker entry with factories that build datasets, packers and
-reward functions from ``[custom]`` once the role has its config.
+reward functions from ``[custom]`` once the role has its config. The Controller
+role calls cosmos-rl's controller main directly instead, adding the prompt sampler
+and resume adapter of :mod:`cosmos_sana.checkpoint.controller_resume` (the worker
+entry does not forward ``resume_adapter``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from cosmos_sana.checkpoint.controller_resume import controller_resume_kwargs
 from cosmos_sana.compat import cosmos_rl as upstream
 from cosmos_sana.log import get_logger
 from cosmos_sana.plugin_manager import PluginRegistry, installed_plugins
@@ -36,14 +40,24 @@ def worker_entry_kwargs(registry: PluginRegistry) -> dict[str, Any]:
     return kwargs
 
 
+def controller_kwargs(registry: PluginRegistry, config: Any) -> dict[str, Any]:
+    """The keyword arguments for cosmos-rl's controller main: the worker-entry ones plus, for RL,
+    the resumable prompt sampler and the adapter that continues it from our checkpoints."""
+    return {**worker_entry_kwargs(registry), **controller_resume_kwargs(config)}
+
+
 def main() -> Any:
     registry = installed_plugins()
     upstream.register_all(registry)
+    role = os.environ.get("COSMOS_ROLE", "<none>")
     logger.info(
         "cosmos-sana bridge active in role %s; registered with cosmos-rl: %s",
-        os.environ.get("COSMOS_ROLE", "<none>"),
+        role,
         "; ".join(f"{kind}s={registry.names(kind)}" for kind in ("model", "trainer", "rollout")),
     )
+    if role == "Controller":
+        args, config = upstream.controller_config()
+        return upstream.run_controller(args=args, **controller_kwargs(registry, config))
     return upstream.run_worker_entry(**worker_entry_kwargs(registry))
 
 

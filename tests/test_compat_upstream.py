@@ -151,3 +151,98 @@ def test_controller_reads_these_train_report_keys():
     required = set(re.findall(r'data\["(train/[a-z_]+)"\] for data in reports', source))
     required |= set(re.findall(r'reports\[0\]\["(train/[a-z_]+)"\]', source))
     assert required == compat.CONTROLLER_REPORT_KEYS
+
+
+def test_controller_main_takes_the_resume_adapter_the_worker_entry_drops():
+    """Why the Controller role calls ``run_controller``: ``worker_entry.main`` swallows
+    ``resume_adapter`` in ``**kwargs``. If it forwards it one day, the plain worker entry will do."""
+    from cosmos_rl.dispatcher.data.packer.base import worker_entry_parser
+    from cosmos_rl.dispatcher.run_web_panel import main as controller_main
+    from cosmos_rl.launcher.worker_entry import main as worker_main
+
+    assert set(compat.CONTROLLER_KWARGS) <= set(inspect.signature(controller_main).parameters)
+    assert "resume_adapter" not in inspect.getsource(worker_main)
+    assert vars(worker_entry_parser().parse_args(["--config", "x.toml"]))["config"] == "x.toml"
+
+
+def test_controller_resume_adapter_contract():
+    """What ``SanaControllerResume`` fills and when cosmos-rl's fetcher calls it: the sampler is
+    built before ``load_metadata`` (which reads the train-set size from it), restored after."""
+    from cosmos_rl.dispatcher.data.data_fetcher import ControllerDataFetcher
+    from cosmos_rl.dispatcher.data.resume import ControllerResumeMetadata
+
+    assert {"sampler", "resume_adapter"} <= set(inspect.signature(ControllerDataFetcher.__init__).parameters)
+    assert set(ControllerResumeMetadata.model_fields) == {
+        "schema_version", "checkpoint_path", "checkpoint_id", "completed_training_steps",
+        "completed_optimizer_updates", "remaining_completions", "epoch", "sampling_owner", "sampler_state",
+    }
+    source = inspect.getsource(ControllerDataFetcher.load_dataset)
+    assert source.index("self.sampler(") < source.index(".load_metadata(") < source.index(".restore_sampler(")
+
+
+def test_colocated_controller_builds_its_fetcher_without_a_resume_adapter():
+    """Why ``patch_colocated_resume`` exists (it needs ``config=`` passed by keyword); if upstream
+    passes an adapter here one day, the patch can go."""
+    import cosmos_rl.colocated.controller as colocated
+
+    source = inspect.getsource(colocated.ColocatedController.setup)
+    assert "ControllerDataFetcher(" in source and "config=config" in source
+    assert "resume_adapter" not in source
+
+
+def test_rollout_worker_rewards_only_the_reporting_rank():
+    """``reports_rewards`` mirrors the rollout worker's ``should_report``; samples of other ranks are
+    never rewarded, so the ``sana`` rollout does not submit them for scoring."""
+    from cosmos_rl.rollout.worker.rollout_control import DisaggregatedRolloutControlWorker
+
+    source = inspect.getsource(DisaggregatedRolloutControlWorker)
+    assert "self.should_report = self.parallel_dims.tp_coord[0] == 0 and (" in source
+    assert "self.parallel_dims.pp_coord[0] == self.parallel_dims.pp_coord[1] - 1" in source
+
+
+def test_rollout_payloads_are_the_ones_rewarded():
+    """``tag_payload_prompt`` relies on this: the payload objects given to ``rollout_generation`` are
+    the ones (or shallow copies of the ones) cosmos-rl scores, in training and in validation."""
+    import re
+
+    from cosmos_rl.rollout.worker.rollout_control import DisaggregatedRolloutControlWorker as Worker
+
+    generation = inspect.getsource(Worker.one_step_generation)
+    assert "payloads=payloads_list" in generation
+    assert re.search(r"_filter_valid_rollout_results_and_report\(\s*rollout_results, payloads_list\s*\)", generation)
+    validation = inspect.getsource(Worker.do_validation)
+    assert "payloads=payloads_list" in validation and "validation_payloads.extend(payloads_list)" in validation
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["per-sample", "group"])
+def test_reward_fns_get_the_tagged_prompt_and_the_completions_own_rows(grouped):
+    """What the async reward path matches on: after cosmos-rl's payload plumbing, a reward function
+    gets ``prompt=`` the tagged prompt and completions that are views of the rollout's tensor (same
+    storage addresses), one per call or the group at once."""
+    import torch
+    from cosmos_rl.dispatcher.algo.reward import Reward
+    from cosmos_rl.dispatcher.data.schema import RLPayload
+    from cosmos_rl.reward.admission import apply_rollout_result_to_payload
+    from cosmos_rl.reward.reservations import select_training_slots
+    from cosmos_rl.rollout.schema import RolloutResult
+
+    completions = torch.rand(2, 3, 4, 4)
+    payload = RLPayload(prompt={"prompt": "p", "metadata": {}}, prompt_idx=0)
+    result = RolloutResult(prompt=payload.prompt, completions=completions, completion_trainable=[True, True])
+    compat.tag_payload_prompt(payload, ["a", "b"])
+    payload = select_training_slots(payload, [0, 1])
+    apply_rollout_result_to_payload(payload, result, include_completed_conversations=False)
+    config = compat.cosmos_config_class().from_dict(
+        {"train": {"output_dir": "unused", "non_text": True,
+                   "train_policy": {"type": "grpo", "group_reward_calculation": grouped}}}
+    )
+    seen: list = []
+
+    def reward_fn(completion, reference, prompt=None, **kwargs):
+        seen.append((completion, prompt))
+        return [0.0] * len(completion) if grouped else 0.0
+
+    Reward(config, None, explicit_reward_fn=[reward_fn]).compute_reward(payload.completions, "", prompt=payload.prompt)
+    assert all(prompt["cosmos_sana_sample_ids"] == ["a", "b"] for _, prompt in seen)
+    given = list(seen[0][0]) if grouped else [completion for completion, _ in seen]
+    assert [c.data_ptr() for c in given] == [row.data_ptr() for row in completions]

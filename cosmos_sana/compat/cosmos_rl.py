@@ -27,6 +27,9 @@ WORKER_ENTRY_KWARGS = (
     "val_reward_fns",
     "args",
 )
+#: what the Controller role passes to cosmos-rl's controller main (cosmos_rl.dispatcher.run_web_panel.main);
+#: worker_entry.main does not forward ``resume_adapter``
+CONTROLLER_KWARGS = (*WORKER_ENTRY_KWARGS, "sampler", "resume_adapter")
 
 #: keys cosmos-rl's controller reads from every colocated train report (a missing one is a
 #: KeyError in ``status.train_ack`` and the step's metrics are lost)
@@ -150,6 +153,59 @@ def patch_remote_reward_not_ready() -> None:
     RemoteRewardCalculator.get_results = get_results
 
 
+def resume_metadata(**fields: Any) -> Any:
+    """cosmos-rl's ``ControllerResumeMetadata`` (what a ``ControllerResumeAdapter`` returns)."""
+    from cosmos_rl.dispatcher.data.resume import ControllerResumeMetadata
+
+    return ControllerResumeMetadata(**fields)
+
+
+def patch_colocated_resume() -> None:
+    """cosmos-rl's colocated policy process builds a second ``ControllerDataFetcher`` (its local
+    controller) and passes it no resume adapter. On a resume the controller has set
+    ``train.resume`` to our checkpoint's path, so that fetcher looks for a cosmos-rl checkpoint
+    there and raises ``NoCheckpointFound``, killing the policy. Give it our adapter and sampler
+    as well (:func:`~cosmos_sana.checkpoint.controller_resume.controller_resume_kwargs`)."""
+    import cosmos_rl.colocated.controller as colocated
+
+    fetcher_cls = colocated.ControllerDataFetcher
+    if getattr(fetcher_cls, "_cosmos_sana_patch", False):
+        return
+
+    def build(*, config: Any, **kwargs: Any) -> Any:
+        from cosmos_sana.checkpoint.controller_resume import controller_resume_kwargs
+
+        for key, value in controller_resume_kwargs(config).items():
+            if kwargs.get(key) is None:
+                kwargs[key] = value
+        return fetcher_cls(config=config, **kwargs)
+
+    build._cosmos_sana_patch = True  # type: ignore[attr-defined]
+    colocated.ControllerDataFetcher = build
+
+
+def reports_rewards(parallel_dims: Any) -> bool:
+    """Whether cosmos-rl scores this rank's rollouts: its rollout worker's ``should_report``
+    (first TP rank of the last pipeline stage). Other ranks' samples are never rewarded."""
+    if parallel_dims is None:
+        return True
+    pp_rank, pp_size = parallel_dims.pp_coord
+    return parallel_dims.tp_coord[0] == 0 and pp_rank == pp_size - 1
+
+
+def tag_payload_prompt(payload: Any, sample_ids: list[str]) -> None:
+    """List the ids of a payload's samples in its prompt, where the reward function finds them.
+
+    cosmos-rl hands the ``RLPayload`` objects it gave ``rollout_generation`` (or shallow copies
+    made after it returns) to its reward calculator, which calls reward functions with
+    ``prompt=payload.prompt``; ``extra_info`` never reaches them. The prompt is replaced, not
+    mutated: it may be the dataset's own dict.
+    """
+    from cosmos_sana.rewards.ledger import tagged
+
+    payload.prompt = tagged(payload.prompt, sample_ids)
+
+
 def register_all(registry: PluginRegistry) -> None:
     """Put every plugin component into cosmos-rl's registries (once per registry)."""
     if id(registry) in _registered_into:
@@ -160,6 +216,7 @@ def register_all(registry: PluginRegistry) -> None:
     register_data_packers(registry)
     register_tokenizer_loader()
     patch_remote_reward_not_ready()
+    patch_colocated_resume()
     _registered_into.add(id(registry))
 
 
@@ -172,3 +229,26 @@ def run_worker_entry(**kwargs: Any) -> Any:
         raise TypeError(f"unsupported worker-entry arguments: {sorted(unknown)}")
     return worker_main(**kwargs)
 
+
+def controller_config() -> tuple[Any, Any]:
+    """``(args, Config)`` of the Controller role, read as cosmos-rl's controller main reads them."""
+    import tomllib
+
+    from cosmos_rl.dispatcher.data.packer.base import worker_entry_parser
+
+    args = worker_entry_parser().parse_args()
+    if args.config is None:
+        raise SystemExit("cosmos-rl controller: --config X.toml is required")
+    with open(args.config, "rb") as handle:
+        return args, cosmos_config_class().from_dict(tomllib.load(handle))
+
+
+def run_controller(**kwargs: Any) -> Any:
+    """The Controller role: cosmos-rl's controller main, called directly because
+    ``worker_entry.main`` drops ``resume_adapter``."""
+    from cosmos_rl.dispatcher.run_web_panel import main as controller_main
+
+    unknown = set(kwargs) - set(CONTROLLER_KWARGS)
+    if unknown:
+        raise TypeError(f"unsupported controller arguments: {sorted(unknown)}")
+    return controller_main(**kwargs)

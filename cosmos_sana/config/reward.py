@@ -38,7 +38,11 @@ class RewardRef(ComponentRef):
 
 
 class RewardRuntime(StrictModel):
-    mode: Literal["async", "sync"] = Field(default="async", description="score beside the loop or inline")
+    mode: Literal["async", "sync"] = Field(
+        default="async",
+        description="async: the rollout submits each [rollout] n_generation_mini_batch chunk for scoring while "
+        "it samples the next, and the reward function collects the scores; sync: the reward function scores inline",
+    )
     workers: int = Field(default=1, ge=1, description="scoring worker threads (async mode)")
     retries: int = Field(default=2, ge=0, description="retries of a failing or timed-out scorer before the run fails")
     timeout_s: float = Field(default=600.0, gt=0, description="time limit of one scorer call on one batch")

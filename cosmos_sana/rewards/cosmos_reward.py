@@ -3,8 +3,13 @@
 cosmos-rl calls ``fn(completion, reference, prompt=..., config=..., **kw)`` per
 completion (``CHW`` image / ``TCHW`` video in [0, 1]) and expects ``(total, {component:
 score})``; with ``train_policy.group_reward_calculation = true`` it passes the group's
-list of completions and expects ``([totals], [{component: score}, ...])``. The
-components land in cosmos-rl's per-rollout report metrics beside the total.
+completions and expects ``([totals], [{component: score}, ...])``. The components land in
+cosmos-rl's per-rollout report metrics beside the total.
+
+With ``[custom.reward_runtime] mode = "async"`` the ``sana`` rollout has already submitted
+the samples and tagged the prompt with their ids (:mod:`cosmos_sana.rewards.ledger`): the
+function takes those scores, waiting if needed; an id never submitted is an error. Untagged
+prompts, and in ``mode = "sync"`` ids never submitted, are scored inline (with retries).
 """
 
 from __future__ import annotations
@@ -14,24 +19,46 @@ import threading
 from typing import Any
 
 from cosmos_sana.plugin_manager import PluginRegistry
+from cosmos_sana.rewards import ledger
 from cosmos_sana.rewards.scheduler import RewardScheduler
 from cosmos_sana.rewards.scorers import ScorerSet
 from cosmos_sana.settings import settings_of
 
 
 def prompt_text(prompt: Any) -> tuple[str, dict]:
-    """cosmos-rl's payload prompt (a string, or a dict with ``"prompt"``) → (text, metadata)."""
+    """cosmos-rl's payload prompt → (text, the metadata scorers see).
+
+    A string, or a dict with ``"prompt"``: a dataset item's ``"metadata"`` dict, plus any
+    other keys of a flat dict (the sample-id tag excluded).
+    """
     if isinstance(prompt, str):
         return prompt, {}
     if isinstance(prompt, dict) and isinstance(prompt.get("prompt"), str):
-        return prompt["prompt"], {k: v for k, v in prompt.items() if k != "prompt"}
+        extra = {k: v for k, v in prompt.items() if k not in ("prompt", "metadata", ledger.SAMPLE_IDS_KEY)}
+        return prompt["prompt"], {**extra, **dict(prompt.get("metadata") or {})}
     if prompt is None:
         return "", {}
     raise TypeError(f"cannot read a prompt text out of {type(prompt).__name__}: {prompt!r:.200}")
 
 
+def split_completions(completion: Any, config: Any) -> tuple[list[Any], bool]:
+    """cosmos-rl's ``completion`` argument → (per-sample tensors, whether it was a group).
+
+    A group is a list, or a tensor with one more dim than a sample of the run's modality.
+    """
+    import torch
+
+    if isinstance(completion, (list, tuple)):
+        return [torch.as_tensor(c) for c in completion], True
+    completion = torch.as_tensor(completion)
+    is_video = getattr(getattr(getattr(config, "policy", None), "diffusers", None), "is_video", None)
+    if is_video is not None and completion.ndim == (5 if is_video else 4):
+        return list(completion.unbind(0)), True
+    return [completion], False
+
+
 class CosmosRewardFn:
-    """One cosmos-rl reward function for all ``[[custom.rewards]]`` terms (scored inline, with retries)."""
+    """One cosmos-rl reward function for all ``[[custom.rewards]]`` terms."""
 
     __name__ = "cosmos_sana_reward"
 
@@ -42,6 +69,7 @@ class CosmosRewardFn:
         self._ids = itertools.count()
 
     def scheduler(self, cosmos_config: Any, device: Any) -> RewardScheduler:
+        """The inline scheduler (built on first use)."""
         with self._lock:
             if self._scheduler is None:
                 settings = settings_of(cosmos_config)
@@ -53,18 +81,21 @@ class CosmosRewardFn:
             return self._scheduler
 
     def __call__(self, completion: Any, reference: Any = None, *, config: Any = None, prompt: Any = None, **kw: Any):
+        samples, batched = split_completions(completion, config)
+        ids = ledger.sample_ids_of(prompt)
+        if ids is not None and (ledger.LEDGER.known(ids) or settings_of(config).reward_runtime.mode == "async"):
+            rows = [ledger.LEDGER.take(s) for s in ledger.LEDGER.match(ids, samples)]
+        else:
+            rows = self._score_inline(samples, prompt, config)
+        totals = [row.pop("total") for row in rows]
+        return (totals, rows) if batched else (totals[0], rows[0])
+
+    def _score_inline(self, samples: list[Any], prompt: Any, config: Any) -> list[dict[str, float]]:
         import torch
 
-        batched = isinstance(completion, (list, tuple))
-        samples = [torch.as_tensor(c) for c in (completion if batched else [completion])]
         text, metadata = prompt_text(prompt)
-        metadata = {**metadata, "reference": reference}
         scheduler = self.scheduler(config, samples[0].device)
         batch_id = next(self._ids)
         ids = [(batch_id, i) for i in range(len(samples))]
         scheduler.submit(batch_id, ids, torch.stack(samples), [text] * len(samples), [metadata] * len(samples))
-        scores = scheduler.collect(batch_id)
-        components = [{name: values[i] for name, values in scores.components.items()} for i in range(len(samples))]
-        if batched:
-            return scores.total, components
-        return scores.total[0], components[0]
+        return list(scheduler.collect(batch_id).by_sample().values())

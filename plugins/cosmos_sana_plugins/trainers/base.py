@@ -73,6 +73,7 @@ class SanaTrainer(Trainer):
         self.train_step = 0  # completed training steps
         self.optimizer_updates = 0
         self.remain_samples_num = 0  # RL: completions the controller still had to hand out
+        self.consumed_prompts = 0  # RL: prompts behind the completed steps (places the controller's stream on resume)
 
     # ------------------------------------------------------------------ config
     @classmethod
@@ -169,6 +170,7 @@ class SanaTrainer(Trainer):
                 "step": torch.tensor(self.train_step),
                 "optimizer_updates": torch.tensor(self.optimizer_updates),
                 "remain_samples_num": torch.tensor(self.remain_samples_num),
+                "consumed_prompts": torch.tensor(self.consumed_prompts),
             },
         }
         if self.lr_schedulers is not None:
@@ -197,9 +199,9 @@ class SanaTrainer(Trainer):
         Returns cosmos-rl's resume contract (``ControllerResumeMetadata.to_checkpoint_extra_info``),
         which the RL worker posts to the controller.
         """
-        from cosmos_sana.checkpoint import load_checkpoint, resolve_resume
+        from cosmos_sana.checkpoint import load_checkpoint, resolve_resume, runs_root
 
-        path = resolve_resume(self.config.train.resume, self.output_dir)
+        path = resolve_resume(self.config.train.resume, runs_root(self.output_dir, self.config.train.timestamp))
         if path is None:
             return {}
         parts = self.checkpoint_parts()
@@ -209,7 +211,7 @@ class SanaTrainer(Trainer):
         load_checkpoint(path, parts)
         state = {name: int(value) for name, value in parts["trainer"].items()}
         self.train_step, self.optimizer_updates = state["step"], state["optimizer_updates"]
-        self.remain_samples_num = state["remain_samples_num"]
+        self.remain_samples_num, self.consumed_prompts = state["remain_samples_num"], state["consumed_prompts"]
         return {
             "step": self.train_step,
             "optimizer_updates": self.optimizer_updates,

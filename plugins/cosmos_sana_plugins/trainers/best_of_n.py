@@ -146,15 +146,26 @@ def _concat(outputs: Sequence[SampleOutput]) -> SampleOutput:
     return SampleOutput(torch.cat([o.latents for o in outputs]), trajectory, media)
 
 
+#: called with (first row, that chunk's output) as soon as a chunk is sampled
+ChunkCallback = Callable[[int, SampleOutput], None]
+
+
 def sample_in_chunks(
-    model: Any, text: TextConditioning, seeds: Sequence[int], settings: SamplerSettings, chunk: int
+    model: Any,
+    text: TextConditioning,
+    seeds: Sequence[int],
+    settings: SamplerSettings,
+    chunk: int,
+    on_chunk: ChunkCallback | None = None,
 ) -> SampleOutput:
     """A2's sampler over ``text`` rows (sample ``i`` seeded by ``seeds[i]``), ``chunk`` rows per call."""
     device = model.current_device()
-    outputs = [
-        sample(model, text.select(slice(start, start + chunk)), generators_for(seeds[start : start + chunk], device), settings)
-        for start in range(0, len(seeds), chunk)
-    ]
+    outputs = []
+    for start in range(0, len(seeds), chunk):
+        rows = slice(start, start + chunk)
+        outputs.append(sample(model, text.select(rows), generators_for(seeds[rows], device), settings))
+        if on_chunk is not None:
+            on_chunk(start, outputs[-1])
     return _concat(outputs)
 
 
@@ -182,8 +193,10 @@ class BestOfNSampler:
         metadata: Sequence[dict],
         settings: SamplerSettings,
         draw_seeds: Callable[[int], list[int]],
+        on_chunk: ChunkCallback | None = None,
     ) -> tuple[SampleOutput, list[int], torch.Tensor]:
-        """``(full rollouts [P·k], their seeds, draft scores [P, N])`` for ``P`` prompts' ``text``."""
+        """``(full rollouts [P·k], their seeds, draft scores [P, N])`` for ``P`` prompts' ``text``;
+        ``on_chunk`` sees the full rollouts' chunks."""
         n_drafts, num_prompts = self.options.num_drafts, len(prompts)
         seeds = draw_seeds(num_prompts * n_drafts)
         draft_settings = dataclasses.replace(settings, num_steps=self.options.preview_steps, sampler="ode", eta=0.0)
@@ -194,7 +207,7 @@ class BestOfNSampler:
             dtype=torch.float64,
         ).reshape(num_prompts, n_drafts)
         kept = [seeds[i * n_drafts + j] for i in range(num_prompts) for j in best_and_worst(scores[i], self.keep).tolist()]
-        output = sample_in_chunks(full, text.repeat_interleave(self.keep), kept, settings, self.chunk)
+        output = sample_in_chunks(full, text.repeat_interleave(self.keep), kept, settings, self.chunk, on_chunk)
         return output, kept, scores
 
 

@@ -4,7 +4,9 @@ Same components as a real run — the registered trainer and ``sana`` rollout cl
 ``[custom.data]`` prompts, the ``[[custom.rewards]]`` scorers and cosmos-rl's own
 ``extract_rollouts`` — without the controller, redis or NCCL that a launch needs. Per
 step: ``train_batch_per_replica / n_generation`` prompts in dataset order, one rollout,
-scoring, per-sample ``Rollout`` objects, one ``step_training``.
+scoring by the reward function cosmos-rl gets (called as cosmos-rl calls it, so
+``[custom.reward_runtime] mode = "async"`` collects what the rollout submitted), per-sample
+``Rollout`` objects, one ``step_training``.
 """
 
 from __future__ import annotations
@@ -54,17 +56,24 @@ def _prompt_batches(config: Any, per_step: int) -> Iterator[list[Any]]:
         yield batch
 
 
+def score_payload(reward_fn: Any, payload: Any, config: Any) -> tuple[list[float], list[dict[str, float]]]:
+    """``(rewards, components)`` of a payload's completions, called the way cosmos-rl's
+    ``Reward`` calls a reward function (once per group or once per completion)."""
+    kwargs = {"prompt": payload.prompt, "config": config}
+    if config.train.train_policy.group_reward_calculation:
+        return reward_fn(payload.completions, payload.reference_answer, **kwargs)
+    pairs = [reward_fn(c, payload.reference_answer, **kwargs) for c in payload.completions]
+    return [total for total, _ in pairs], [parts for _, parts in pairs]
+
+
 def run_local(config: Any, steps: int, components: tuple[Any, Any] | None = None) -> list[dict[str, Any]]:
     """Train ``steps`` steps; returns each step's report (``reward/mean`` etc.)."""
     from cosmos_rl.utils.payload import extract_rollouts
 
-    from cosmos_sana.plugin_manager import installed_plugins
-    from cosmos_sana.rewards.scorers import ScorerSet
-    from cosmos_sana.settings import settings_of
+    from cosmos_sana.rewards.cosmos_reward import CosmosRewardFn
 
     trainer, rollout = components or build_components(config)
-    settings = settings_of(config)
-    scorers = ScorerSet.from_settings(settings, installed_plugins(), settings.reward_runtime.device)
+    reward_fn = CosmosRewardFn(rollout.registry)
     n = config.rollout.n_generation
     if config.train.train_batch_per_replica % n:
         raise ValueError(f"train.train_batch_per_replica must be a multiple of rollout.n_generation ({n})")
@@ -74,11 +83,9 @@ def run_local(config: Any, steps: int, components: tuple[Any, Any] | None = None
         payloads = next(prompts)
         rollouts = []
         for payload, result in zip(payloads, rollout.rollout_generation(payloads, None, None, None)):
-            text = [payload.prompt["prompt"]] * n
-            scores = scorers.score(result.completions, text, [payload.prompt.get("metadata", {})] * n)
             payload.completions, payload.extra_info = result.completions, result.extra_info
-            payload.rewards, payload.advantages, payload.filter_rewards = scores.total, [0.0] * n, [0.0] * n
-            payload.report_metrics = [{k: v[i] for k, v in scores.components.items()} for i in range(n)]
+            payload.rewards, payload.report_metrics = score_payload(reward_fn, payload, config)
+            payload.advantages, payload.filter_rewards = [0.0] * n, [0.0] * n
             rollouts += extract_rollouts([payload], False)[0]
         reports.append(trainer.step_training(rollouts, step, steps))
     return reports

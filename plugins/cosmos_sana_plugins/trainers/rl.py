@@ -188,6 +188,8 @@ class SanaRLTrainer(SanaTrainer):
         self.after_training_step(current_step)
         self.lr_schedulers.step()
         self.train_step = current_step
+        replicas = self.config.policy.parallelism.n_init_replicas
+        self.consumed_prompts += len(rollouts) // self.config.rollout.n_generation * replicas
         report = {f"train/{name}": total / count for name, total in sums.items()}
         report.update(self.report_common(started, sum(grad_norms) / len(grad_norms)))
         # the keys cosmos-rl's controller aggregates in every colocated train report

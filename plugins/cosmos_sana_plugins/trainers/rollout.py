@@ -10,6 +10,10 @@ score) and, per sample, the ``extra_info`` the trainers read: ``x0`` (final late
 ``sigmas`` (the σ grid), ``text_embeds``/``text_mask``, ``seeds`` and, for stochastic
 samplers, ``trajectory`` (every latent) and ``log_probs`` (per step). It sets
 ``completion_trainable`` — without it cosmos-rl drops ``extra_info`` on the way to the trainer.
+
+With ``[custom.reward_runtime] mode = "async"`` (the default) every sampled chunk is
+submitted for scoring at once and each payload's prompt is tagged with its samples' ids
+(:mod:`cosmos_sana_plugins.trainers.reward_submission`); the reward function collects them.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import torch
 from cosmos_rl.rollout.rollout_base import RolloutBase
 from cosmos_rl.rollout.schema import RolloutResult
 
+from cosmos_sana.compat.cosmos_rl import reports_rewards
 from cosmos_sana.log import get_logger
+from cosmos_sana.rewards.ledger import shared_scheduler
 from cosmos_sana.settings import settings_of
 from cosmos_sana_plugins.datasets.grouping import group_slices
 from cosmos_sana_plugins.datasets.packer import prompt_item
@@ -35,12 +41,16 @@ from cosmos_sana_plugins.trainers.best_of_n import (
     transformer_for,
 )
 from cosmos_sana_plugins.trainers.policies import OLD
+from cosmos_sana_plugins.trainers.reward_submission import RewardSubmission
 
 logger = get_logger(__name__)
 
 class SanaRollout(RolloutBase):
     def post_init_hook(self, **kwargs: Any) -> None:
+        from cosmos_sana.plugin_manager import installed_plugins
+
         self.settings = settings_of(self.config)
+        self.registry = installed_plugins()  # the reward scorers' plugins
         self.model: Any = None
         self._seeds = torch.Generator().manual_seed(self.config.train.seed or 0)
         self._best_of_n: BestOfNSampler | None = None
@@ -63,11 +73,10 @@ class SanaRollout(RolloutBase):
             self._setup_best_of_n(options)
 
     def _setup_best_of_n(self, options: Any) -> None:
-        from cosmos_sana.plugin_manager import installed_plugins
         from cosmos_sana.rewards.scorers import ScorerSet
 
         check_preview_support(options.preview_model, self.model.current_device())
-        scorers = ScorerSet.from_settings(self.settings, installed_plugins(), self.settings.reward_runtime.device)
+        scorers = ScorerSet.from_settings(self.settings, self.registry, self.settings.reward_runtime.device)
         self._best_of_n = BestOfNSampler(
             options, self.config.rollout.n_generation, lambda media, prompts, meta: scorers.score(media, prompts, meta).total
         )
@@ -95,6 +104,17 @@ class SanaRollout(RolloutBase):
     def _draw_seeds(self, count: int) -> list[int]:
         return torch.randint(0, 2**31 - 1, (count,), generator=self._seeds).tolist()
 
+    def _reward_submission(self, payloads: list[Any], n: int) -> RewardSubmission | None:
+        """Async scoring of this call's samples, unless inline or cosmos-rl won't score this rank's."""
+        if (
+            self.settings.reward_runtime.mode != "async"
+            or self.config.train.train_policy.bypass_reward
+            or not reports_rewards(self.parallel_dims)
+        ):
+            return None
+        scheduler = shared_scheduler(self.settings, self.registry, self.model.current_device())
+        return RewardSubmission(scheduler, payloads, n)
+
     @torch.no_grad()
     def rollout_generation(
         self,
@@ -116,19 +136,23 @@ class SanaRollout(RolloutBase):
         prompts, metadata = [t for t, _ in items], [m for _, m in items]
         settings = sampler_settings(self.config, self.model, validation=is_validation)
         text = self.model.encode_text(prompts)
+        submission = self._reward_submission(payloads, n)
+        on_chunk = None if submission is None else submission.on_chunk
         with self._view(is_validation) as view:
             if self._best_of_n is not None and not is_validation:
                 options = self.settings.rollout.best_of_n
                 out, seeds, _ = self._best_of_n.generate(
                     transformer_for(options.preview_model, view, self._merged.get(options.preview_model)),
                     transformer_for(options.fullrollout_model, view, self._merged.get(options.fullrollout_model)),
-                    text, prompts, metadata, settings, self._draw_seeds,
+                    text, prompts, metadata, settings, self._draw_seeds, on_chunk,
                 )
             else:
                 seeds = self._draw_seeds(len(prompts) * n)
                 chunk = self.config.rollout.n_generation_mini_batch or len(seeds)
-                out = sample_in_chunks(view, text.repeat_interleave(n), seeds, settings, chunk)
+                out = sample_in_chunks(view, text.repeat_interleave(n), seeds, settings, chunk, on_chunk)
         results = self._results(payloads, n, out, text.repeat_interleave(n), seeds, is_validation)
+        if submission is not None:
+            submission.finish(payloads, results, out.media)
         logger.info("rollout: %d prompts x %d in %.2f s", len(payloads), n, time.perf_counter() - started)
         return results
 

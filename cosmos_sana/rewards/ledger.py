@@ -1,0 +1,170 @@
+"""Asynchronous scoring inside the training loop: samples submitted by id, each score taken once.
+
+With ``[custom.reward_runtime] mode = "async"`` the ``sana`` rollout submits every generated
+chunk to this process's shared :class:`RewardScheduler` under stable sample ids, writes the
+ids of each prompt's samples into the payload's prompt (:data:`SAMPLE_IDS_KEY`), and binds
+each id to the completion tensor cosmos-rl later hands to the reward function (matched by
+storage address and shape, which survive cosmos-rl's per-sample views). ``CosmosRewardFn``
+then takes each sample's scores from :data:`LEDGER`, waiting if they are not ready.
+
+A taken id is forgotten: a second request for it, or one for an id never submitted, is an
+error naming the id. A scoring failure re-raises the scheduler's error (scorer and samples).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Hashable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from cosmos_sana.rewards.scheduler import RewardScheduler
+
+#: key of the prompt dict that lists the sample ids of the prompt's completions, in order
+SAMPLE_IDS_KEY = "cosmos_sana_sample_ids"
+
+
+class UnknownSampleError(KeyError):
+    """A reward was requested for a sample id that was never submitted or was taken already."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+def tagged(prompt: Any, sample_ids: Sequence[str]) -> dict[str, Any]:
+    """A copy of a payload prompt (string or dict) that lists its samples' ids."""
+    base = {"prompt": prompt, "metadata": {}} if isinstance(prompt, str) else dict(prompt)
+    return {**base, SAMPLE_IDS_KEY: list(sample_ids)}
+
+
+def sample_ids_of(prompt: Any) -> list[str] | None:
+    """The sample ids a prompt was tagged with, or None."""
+    if isinstance(prompt, dict) and SAMPLE_IDS_KEY in prompt:
+        return list(prompt[SAMPLE_IDS_KEY])
+    return None
+
+
+def _address(sample: Any) -> tuple[int, tuple[int, ...]]:
+    return sample.data_ptr(), tuple(sample.shape)
+
+
+@dataclass
+class _Entry:
+    scheduler: RewardScheduler
+    batch_id: Hashable
+    future: Future
+    address: tuple[int, tuple[int, ...]] | None = None
+
+
+class RewardLedger:
+    """Which scheduler batch holds each submitted sample id; hands each id's scores out once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._calls = 0
+
+    def next_call(self) -> int:
+        """A process-unique number for one rollout call (its sample ids' prefix)."""
+        with self._lock:
+            self._calls += 1
+            return self._calls
+
+    def submit(
+        self,
+        scheduler: RewardScheduler,
+        batch_id: Hashable,
+        sample_ids: Sequence[str],
+        media: Any,
+        prompts: Sequence[str],
+        metadata: Sequence[dict],
+    ) -> None:
+        with self._lock:
+            again = [s for s in sample_ids if s in self._entries]
+        if again:
+            raise ValueError(f"batch {batch_id!r}: sample ids {again} were submitted already")
+        future = scheduler.submit(batch_id, sample_ids, media, prompts, metadata)
+        with self._lock:
+            self._entries.update({s: _Entry(scheduler, batch_id, future) for s in sample_ids})
+
+    def bind(self, sample_id: str, completion: Any) -> None:
+        """Record the tensor cosmos-rl will pass to the reward function as ``sample_id``'s completion."""
+        with self._lock:
+            self._entry(sample_id).address = _address(completion)
+
+    def known(self, sample_ids: Sequence[str]) -> bool:
+        """Whether any of ``sample_ids`` is waiting to be taken."""
+        with self._lock:
+            return any(s in self._entries for s in sample_ids)
+
+    def match(self, candidates: Sequence[str], samples: Sequence[Any]) -> list[str]:
+        """The id (among ``candidates``, one prompt's samples) of each completion tensor."""
+        with self._lock:
+            waiting = {s: self._entries[s].address for s in candidates if s in self._entries}
+        if not waiting:
+            raise UnknownSampleError(
+                f"a reward was requested for samples {list(candidates)}, which were never submitted for scoring "
+                "or whose rewards were taken already"
+            )
+        by_address = {address: s for s, address in waiting.items()}
+        matched = []
+        for sample in samples:
+            sample_id = by_address.get(_address(sample))
+            if sample_id is None:
+                raise UnknownSampleError(
+                    f"a completion of shape {tuple(sample.shape)} is none of its prompt's samples waiting for "
+                    f"their reward ({sorted(waiting)} of {list(candidates)}): taken already, or a copy"
+                )
+            matched.append(sample_id)
+        return matched
+
+    def take(self, sample_id: str) -> dict[str, float]:
+        """``{"total": …, component: …}`` of a sample (waits for its batch); forgets the id."""
+        with self._lock:
+            entry = self._entry(sample_id)
+        scores = entry.future.result()  # a RewardScoringError names the scorer and the samples
+        with self._lock:
+            if self._entries.pop(sample_id, None) is None:
+                raise UnknownSampleError(f"the reward of sample {sample_id!r} was taken already (each is scored once)")
+            if entry.batch_id in entry.scheduler.pending():
+                entry.scheduler.collect(entry.batch_id)
+        index = scores.sample_ids.index(sample_id)
+        return {"total": scores.total[index], **{name: v[index] for name, v in scores.components.items()}}
+
+    def pending(self) -> list[str]:
+        """Ids submitted and not taken yet."""
+        with self._lock:
+            return list(self._entries)
+
+    def _entry(self, sample_id: str) -> _Entry:
+        entry = self._entries.get(sample_id)
+        if entry is None:
+            raise UnknownSampleError(
+                f"a reward was requested for sample {sample_id!r}, which was never submitted for scoring "
+                "or whose reward was taken already"
+            )
+        return entry
+
+
+#: this process's ledger (the rollout and the reward function share it)
+LEDGER = RewardLedger()
+
+_schedulers: dict[str, RewardScheduler] = {}
+_schedulers_lock = threading.Lock()
+
+
+def shared_scheduler(settings: Any, registry: Any, device: Any) -> RewardScheduler:
+    """This process's scheduler for ``settings``' rewards and runtime (built on first use)."""
+    key = json.dumps(
+        [[r.model_dump(mode="json") for r in settings.rewards], settings.reward_runtime.model_dump(mode="json"),
+         str(device), id(registry)],
+        sort_keys=True,
+    )
+    with _schedulers_lock:
+        if key not in _schedulers:
+            _schedulers[key] = RewardScheduler.from_settings(
+                settings, registry, settings.reward_runtime.device or device
+            )
+        return _schedulers[key]

@@ -4,6 +4,7 @@ Taken from cosmos-rl's own tables: steps (``num_steps`` / ``eval_num_steps``), C
 (``guidance_scale``) and the SDE/CPS noise level η (``noise_level``) from
 ``[policy.diffusers.sample]``; image size and video frames from ``[policy.diffusers]``
 (``inference_size``, ``train_frames`` for rollouts, ``inference_frames`` for validation).
+``[custom.rollout.speed]`` switches the sampling speed features (all off by default).
 """
 
 from __future__ import annotations
@@ -14,6 +15,32 @@ from pydantic import Field
 
 from cosmos_sana.config.base import StrictModel
 from cosmos_sana.config.best_of_n import BestOfNOptions
+
+
+class SpeedSettings(StrictModel):
+    """``[custom.rollout.speed]``: ``fast_denoise.SpeedOptions`` for the ``sana`` rollout.
+
+    Module-level features (attention, compiled blocks, VAE) act on the colocated policy model,
+    so they apply to the trainer's forward too.
+    """
+
+    linear_attention: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="bf16: linear self-attention without diffusers' fp32 copies of q, k, v"
+    )
+    cache_text_kv: bool = Field(default=False, description="text cross-attention keys/values once per prompt batch")
+    compile_blocks: bool = Field(default=False, description="torch.compile each transformer block in place")
+    vae_channels_last: bool = Field(default=False, description="VAE in channels-last memory format")
+    compile_vae: bool = Field(default=False, description="torch.compile the VAE decoder in place")
+    compile_mode: str | None = Field(default=None, description="torch.compile mode; default: the backend's")
+    compile_backend: str = Field(default="inductor", description="torch.compile backend")
+    cuda_graph_max_batch: int = Field(
+        default=0, ge=0, description="replay no-grad forwards of up to this batch from CUDA graphs (CUDA only); 0: off"
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any feature is on."""
+        return self != SpeedSettings(compile_mode=self.compile_mode, compile_backend=self.compile_backend)
 
 
 class RolloutOptions(StrictModel):
@@ -29,3 +56,4 @@ class RolloutOptions(StrictModel):
         default=None, gt=0.0, description="shift of the 'shifted' σ grid; default: the pipeline scheduler's flow_shift"
     )
     best_of_n: BestOfNOptions | None = Field(default=None, description="Sol-RL best-of-n rollouts; off when unset")
+    speed: SpeedSettings = Field(default_factory=SpeedSettings)

@@ -100,6 +100,8 @@ class MergedTransformer:
     def _build(self) -> None:
         live, adapter = self._source()
         clone = copy.deepcopy(live)
+        for module in clone.modules():  # a copied in-place compile would still call the live module
+            module._compiled_call_impl = None
         if adapter is not None:
             clone.fuse_lora(adapter_names=[adapter])
             clone.unload_lora()

@@ -14,13 +14,17 @@ samplers, ``trajectory`` (every latent) and ``log_probs`` (per step). It sets
 With ``[custom.reward_runtime] mode = "async"`` (the default) every sampled chunk is
 submitted for scoring at once and each payload's prompt is tagged with its samples' ids
 (:mod:`cosmos_sana_plugins.trainers.reward_submission`); the reward function collects them.
+
+``[custom.rollout.speed]`` installs :mod:`~cosmos_sana_plugins.sana.fast_denoise`'s features once,
+on the model (and a full-parameter ``old`` copy), and every view samples through one ``FastModel``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
+import dataclasses
 import os
+import time
 from typing import Any
 
 import torch
@@ -28,6 +32,7 @@ from cosmos_rl.rollout.rollout_base import RolloutBase
 from cosmos_rl.rollout.schema import RolloutResult
 
 from cosmos_sana.compat.cosmos_rl import reports_rewards
+from cosmos_sana.config.rollout import SpeedSettings
 from cosmos_sana.log import get_logger
 from cosmos_sana.rewards.ledger import shared_scheduler
 from cosmos_sana.settings import settings_of
@@ -40,10 +45,29 @@ from cosmos_sana_plugins.trainers.best_of_n import (
     sample_in_chunks,
     transformer_for,
 )
-from cosmos_sana_plugins.trainers.policies import OLD
+from cosmos_sana_plugins.trainers.policies import OLD, TransformerView
 from cosmos_sana_plugins.trainers.reward_submission import RewardSubmission
 
 logger = get_logger(__name__)
+
+
+def accelerate_for_rollout(model: Any, speed: SpeedSettings) -> Any:
+    """Install ``speed`` on ``model`` and its full-parameter ``old`` copy; the ``FastModel`` to sample with."""
+    from cosmos_sana_plugins.sana.fast_denoise import SpeedOptions, accelerate
+
+    device = model.current_device()
+    if speed.cuda_graph_max_batch and device.type != "cuda":
+        raise ValueError(
+            f"custom.rollout.speed.cuda_graph_max_batch = {speed.cuda_graph_max_batch} needs a CUDA GPU "
+            f"(the model is on {device}); set it to 0"
+        )
+    options = SpeedOptions(**speed.model_dump())
+    policies = getattr(model, "rl_policies", None)
+    if policies is not None and policies.old is not None:
+        transformer_only = dataclasses.replace(options, vae_channels_last=False, compile_vae=False)
+        accelerate(TransformerView(model, policies.old), transformer_only)
+    return accelerate(model, options)
+
 
 class SanaRollout(RolloutBase):
     def post_init_hook(self, **kwargs: Any) -> None:
@@ -55,6 +79,7 @@ class SanaRollout(RolloutBase):
         self._seeds = torch.Generator().manual_seed(self.config.train.seed or 0)
         self._best_of_n: BestOfNSampler | None = None
         self._merged: dict[str, MergedTransformer] = {}
+        self._fast: Any = None  # fast_denoise.FastModel when [custom.rollout.speed] is on
 
     # ------------------------------------------------------------------ cosmos-rl API
     def init_engine(self, quantization: str | None = None, seed: int | None = None, load_format: str = "auto", **kwargs: Any) -> None:
@@ -68,6 +93,9 @@ class SanaRollout(RolloutBase):
     def set_underlying_model(self, model: Any) -> None:
         """Colocated: the policy's model object itself (no weight copy)."""
         self.model = model
+        speed = self.settings.rollout.speed
+        if speed.enabled and (self._fast is None or self._fast.model is not model):
+            self._fast = accelerate_for_rollout(model, speed)
         options = self.settings.rollout.best_of_n
         if options is not None and self._best_of_n is None:
             self._setup_best_of_n(options)
@@ -100,6 +128,10 @@ class SanaRollout(RolloutBase):
         if policies is None:
             return contextlib.nullcontext(self.model)
         return policies.evaluation_view() if is_validation else policies.rollout_view()
+
+    def _fast_view(self, view: Any) -> contextlib.AbstractContextManager[Any]:
+        """``view`` sampled through the speed features' ``FastModel``, when on."""
+        return contextlib.nullcontext(view) if self._fast is None else self._fast.using(view)
 
     def _draw_seeds(self, count: int) -> list[int]:
         return torch.randint(0, 2**31 - 1, (count,), generator=self._seeds).tolist()
@@ -138,7 +170,7 @@ class SanaRollout(RolloutBase):
         text = self.model.encode_text(prompts)
         submission = self._reward_submission(payloads, n)
         on_chunk = None if submission is None else submission.on_chunk
-        with self._view(is_validation) as view:
+        with self._view(is_validation) as policy_view, self._fast_view(policy_view) as view:
             if self._best_of_n is not None and not is_validation:
                 options = self.settings.rollout.best_of_n
                 out, seeds, _ = self._best_of_n.generate(

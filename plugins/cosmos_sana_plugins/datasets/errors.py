@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from cosmos_sana.log import get_logger
 
@@ -58,3 +59,14 @@ class BadSamplePolicy:
 
 class DatasetError(ValueError):
     """The dataset as a whole is unusable (missing path, unknown layout, malformed index file)."""
+
+
+def json_object(line: str, where: str) -> dict[str, Any]:
+    """One JSON object from a manifest line, or a :class:`BadSampleError` naming ``where``."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadSampleError(where, f"invalid JSON ({exc.msg})") from exc
+    if not isinstance(record, dict):
+        raise BadSampleError(where, f"expected a JSON object, got {type(record).__name__}")
+    return record

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Literal
 
-from cosmos_sana_plugins.datasets.errors import BadSampleError, BadSamplePolicy, DatasetError
+from cosmos_sana_plugins.datasets.errors import BadSampleError, BadSamplePolicy, DatasetError, json_object
 
 Modality = Literal["image", "video"]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
@@ -264,12 +264,7 @@ def _jsonl(manifest: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleR
 
 
 def _manifest_record(root: Path, line: str, where: str, modalities: tuple[Modality, ...]) -> SampleRef:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise BadSampleError(where, f"invalid JSON ({exc.msg})") from exc
-    if not isinstance(record, dict):
-        raise BadSampleError(where, f"expected a JSON object, got {type(record).__name__}")
+    record = json_object(line, where)
     media_rel = record.get("media")
     if not isinstance(media_rel, str):
         raise BadSampleError(where, f"'media' must be a path string, got {type(media_rel).__name__}")

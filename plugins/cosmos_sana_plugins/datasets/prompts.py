@@ -21,7 +21,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from cosmos_sana_plugins.datasets.errors import BadSampleError, BadSamplePolicy, DatasetError, OnBadSample
+from cosmos_sana_plugins.datasets.errors import BadSampleError, BadSamplePolicy, DatasetError, OnBadSample, json_object
 from cosmos_sana_plugins.datasets.params import PromptDataParams
 from cosmos_sana_plugins.datasets.report import DataReport
 
@@ -103,12 +103,7 @@ def _ocr(line: str, where: str) -> dict[str, Any]:
 
 
 def _record(line: str, where: str) -> dict[str, Any]:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise BadSampleError(where, f"invalid JSON ({exc.msg})") from exc
-    if not isinstance(record, dict):
-        raise BadSampleError(where, f"expected a JSON object, got {type(record).__name__}")
+    record = json_object(line, where)
     prompt = record.get("prompt")
     if not isinstance(prompt, str):
         raise BadSampleError(where, f"'prompt' must be a string, got {type(prompt).__name__}")

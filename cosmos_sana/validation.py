@@ -238,6 +238,26 @@ def check_components(settings: SanaCustomConfig, registry: PluginRegistry) -> li
     return issues
 
 
+def check_trainer(data: dict[str, Any], registry: PluginRegistry) -> list[Issue]:
+    """The selected plugin trainer's own ``check_config`` (settings it cannot honour)."""
+    from cosmos_sana.compat.cosmos_rl import cosmos_config_class
+
+    key = data.get("train", {}).get("train_policy", {}).get("trainer_type")
+    if key is None:
+        return []
+    wanted = {key, f"diffusers_{key}"}  # cosmos-rl's SFT path prefixes the key
+    for entry in registry.entries("trainer"):
+        if (entry.spec.trainer_type or entry.spec.name) in wanted:
+            check = getattr(entry.spec.load(), "check_config", None)
+            if check is None:
+                return []
+            try:
+                check(cosmos_config_class().model_validate(copy.deepcopy(data)))
+            except ValueError as exc:
+                return [Issue(f"trainer {key!r}", str(exc))]
+    return []
+
+
 # ---------------------------------------------------------------- whole file
 
 
@@ -245,6 +265,8 @@ def validate_data(data: dict[str, Any], registry: PluginRegistry | None) -> list
     issues = check_upstream(data)
     if wants_cosmos_sana(data):
         issues.extend(check_custom(data, registry))
+        if not issues and registry is not None:
+            issues.extend(check_trainer(data, registry))
     elif "custom" in data and isinstance(data["custom"], dict) and "package" not in data["custom"]:
         issues.append(Issue("custom.package", 'missing: set package = "cosmos-sana" to use cosmos-sana'))
     return issues

@@ -119,3 +119,12 @@ def test_cli_exit_code_for_a_bad_file(tmp_path):
     out = subprocess.run([sys.executable, "-m", "cosmos_sana.cli", "validate", str(path)], capture_output=True, text=True)
     assert out.returncode == 1
     assert "timestep_fraction" in out.stderr and out.stdout == ""
+
+
+def test_the_trainers_own_refusals_surface_at_validate_time(tmp_path):
+    recipe = ROOT / "toml" / "tiny" / "sana-image-nft.toml"
+    with pytest.raises(ConfigInvalid, match=r"trainer 'sana_nft': policy.diffusers.sample.guidance_scale = 4.5"):
+        validate_file(recipe, ["policy.diffusers.sample.guidance_scale=4.5"], registry=load_plugins())
+    ddrl = ROOT / "toml" / "tiny" / "sana-image-ddrl.toml"
+    with pytest.raises(ConfigInvalid, match="train.train_policy.kl_beta = 0.04: DDRL replaces the KL penalty"):
+        validate_file(ddrl, ["train.train_policy.kl_beta=0.04"], registry=load_plugins())

@@ -47,10 +47,7 @@ class Bf16LinearAttnProcessor:
             query = attn.norm_q(query)
         if attn.norm_k is not None:
             key = attn.norm_k(key)
-        heads = attn.heads
-        q = F.relu(query).unflatten(-1, (heads, -1)).transpose(1, 2)  # [B, H, N, d]
-        k = F.relu(key).unflatten(-1, (heads, -1)).transpose(1, 2)
-        v = value.unflatten(-1, (heads, -1)).transpose(1, 2)
+        q, k, v = _heads(F.relu(query), attn.heads), _heads(F.relu(key), attn.heads), _heads(value, attn.heads)
         kv = torch.matmul(k.transpose(-1, -2), v)  # [B, H, d, d]
         k_sum = k.sum(dim=-2, dtype=torch.float32).unsqueeze(-1).to(kv.dtype)  # [B, H, d, 1]
         both = torch.matmul(q, torch.cat([kv, k_sum], dim=-1))  # [B, H, N, d + 1]

@@ -164,33 +164,36 @@ class SanaRLTrainer(SanaTrainer):
         adv = adv.clamp(tp.advantage_low, tp.advantage_high)
         per_opt = min(tp.batch_size_per_optimize or batch.size, batch.size)
         mini = min(tp.mini_batch or per_opt, per_opt)
-        sums: dict[str, float] = defaultdict(float)
-        count, grad_norms, loss_max = 0, [], float("-inf")
+        # loss terms stay on the device until the step ends: no host sync per micro-batch
+        sums: dict[str, torch.Tensor] = {}
+        losses_seen: list[torch.Tensor] = []
+        count, grad_norms = 0, []
         self.model.transformer.train()
         with torch.enable_grad():
             for _ in range(tp.mu_iterations):
                 order = torch.randperm(batch.size)
-                steps = training_steps(batch.size, batch.num_steps, cfg.timesteps_fraction)
+                steps = training_steps(batch.size, batch.num_steps, cfg.timesteps_fraction).to(self.device)
                 for start in range(0, batch.size, per_opt):
                     opt_index = order[start : start + per_opt]
                     for m in range(0, len(opt_index), mini):
                         index = opt_index[m : m + mini].to(self.device)
                         for j in range(steps.shape[1]):
-                            terms = self.loss_terms(batch, index, steps[index.cpu(), j].to(self.device), adv[index])
+                            terms = self.loss_terms(batch, index, steps[index, j], adv[index])
                             weight = len(index) / len(opt_index) / steps.shape[1]
                             (terms["loss"] * weight).backward()
                             for name, value in terms.items():
-                                sums[name] += float(value.detach()) * len(index)
-                            loss_max = max(loss_max, float(terms["loss"].detach()))
+                                sums[name] = sums.get(name, 0) + value.detach() * len(index)
+                            losses_seen.append(terms["loss"].detach())
                             count += len(index)
                     grad_norms.append(self.optimizer_step(inter_policy_nccl))
                     self.policies.current_changed()
+        loss_max = float(torch.stack(losses_seen).max())
         self.after_training_step(current_step)
         self.lr_schedulers.step()
         self.train_step = current_step
         replicas = self.config.policy.parallelism.n_init_replicas
         self.consumed_prompts += len(rollouts) // self.config.rollout.n_generation * replicas
-        report = {f"train/{name}": total / count for name, total in sums.items()}
+        report = {f"train/{name}": float(total) / count for name, total in sums.items()}
         report.update(self.report_common(started, sum(grad_norms) / len(grad_norms)))
         # the keys cosmos-rl's controller aggregates in every colocated train report
         report.update({"train/loss_avg": report["train/loss"], "train/loss_max": loss_max})

@@ -37,13 +37,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
             cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
             module.add_arguments(cmd)
             cmd.set_defaults(_run=module.run)
-        else:
-            sub.add_parser(name, help=_lazy_help(module_name))
+        else:  # another command runs: its siblings' help is never shown, so import nothing
+            sub.add_parser(name)
     return parser
-
-
-def _lazy_help(module_name: str) -> str:
-    return importlib.import_module(module_name).HELP
 
 
 def _version() -> str:

@@ -13,7 +13,6 @@ from cosmos_sana.checkpoint.dcp_io import CheckpointError
 MODEL_INDEX = "model_index.json"
 TRANSFORMER = "transformer"
 _SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def is_pipeline_folder(path: str | Path) -> bool:

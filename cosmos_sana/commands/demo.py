@@ -96,11 +96,7 @@ def export(run_dir: Path, out: Path) -> Path:
     from cosmos_sana.export import export_checkpoint
     from cosmos_sana.export.verify import VerifyOptions
 
-    latest = None
-    for candidate in sorted(runs_root(run_dir).glob("*")) + [run_dir]:
-        found = find_latest(candidate)
-        if found is not None and (latest is None or found.stat().st_mtime > latest.stat().st_mtime):
-            latest = found
+    latest = find_latest(runs_root(run_dir))
     if latest is None:
         raise RuntimeError(f"no complete checkpoint under {run_dir}")
     target = out / "export-lora"

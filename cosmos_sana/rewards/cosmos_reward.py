@@ -21,7 +21,6 @@ from typing import Any
 from cosmos_sana.plugin_manager import PluginRegistry
 from cosmos_sana.rewards import ledger
 from cosmos_sana.rewards.scheduler import RewardScheduler
-from cosmos_sana.rewards.scorers import ScorerSet
 from cosmos_sana.settings import settings_of
 
 
@@ -74,7 +73,7 @@ class CosmosRewardFn:
             if self._scheduler is None:
                 settings = settings_of(cosmos_config)
                 runtime = settings.reward_runtime
-                scorers = ScorerSet.from_settings(settings, self.registry, runtime.device or device)
+                scorers = ledger.shared_scorers(settings, self.registry, device)
                 self._scheduler = RewardScheduler(
                     scorers, mode="sync", retries=runtime.retries, timeout_s=runtime.timeout_s
                 )

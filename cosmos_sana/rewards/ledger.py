@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cosmos_sana.rewards.scheduler import RewardScheduler
+from cosmos_sana.rewards.scorers import ScorerSet
 
 #: key of the prompt dict that lists the sample ids of the prompt's completions, in order
 SAMPLE_IDS_KEY = "cosmos_sana_sample_ids"
@@ -151,20 +152,34 @@ class RewardLedger:
 #: this process's ledger (the rollout and the reward function share it)
 LEDGER = RewardLedger()
 
+_scorer_sets: dict[str, ScorerSet] = {}
 _schedulers: dict[str, RewardScheduler] = {}
-_schedulers_lock = threading.Lock()
+_shared_lock = threading.Lock()
+
+
+def _key(*parts: Any) -> str:
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def shared_scorers(settings: Any, registry: Any, device: Any) -> ScorerSet:
+    """This process's scorers for ``settings``' rewards (reward models load once per process:
+    the async scheduler, the inline reward function and best-of-n previews all use them)."""
+    device = settings.reward_runtime.device or device
+    key = _key([r.model_dump(mode="json") for r in settings.rewards], device, id(registry))
+    with _shared_lock:
+        if key not in _scorer_sets:
+            _scorer_sets[key] = ScorerSet.from_settings(settings, registry, device)
+        return _scorer_sets[key]
 
 
 def shared_scheduler(settings: Any, registry: Any, device: Any) -> RewardScheduler:
     """This process's scheduler for ``settings``' rewards and runtime (built on first use)."""
-    key = json.dumps(
-        [[r.model_dump(mode="json") for r in settings.rewards], settings.reward_runtime.model_dump(mode="json"),
-         str(device), id(registry)],
-        sort_keys=True,
-    )
-    with _schedulers_lock:
+    scorers = shared_scorers(settings, registry, device)
+    runtime = settings.reward_runtime
+    key = _key(runtime.model_dump(mode="json"), id(scorers))
+    with _shared_lock:
         if key not in _schedulers:
-            _schedulers[key] = RewardScheduler.from_settings(
-                settings, registry, settings.reward_runtime.device or device
+            _schedulers[key] = RewardScheduler(
+                scorers, mode=runtime.mode, workers=runtime.workers, retries=runtime.retries, timeout_s=runtime.timeout_s
             )
         return _schedulers[key]

@@ -101,14 +101,6 @@ class RewardScheduler:
         for thread in self._threads:
             thread.start()
 
-    @classmethod
-    def from_settings(cls, settings: Any, registry: Any, device: Any = None, **overrides: Any) -> "RewardScheduler":
-        """From ``[[custom.rewards]]`` and ``[custom.reward_runtime]``."""
-        runtime = settings.reward_runtime
-        options = dict(mode=runtime.mode, workers=runtime.workers, retries=runtime.retries, timeout_s=runtime.timeout_s)
-        options.update(overrides)
-        return cls(ScorerSet.from_settings(settings, registry, device), **options)
-
     # -- public API -----------------------------------------------------------------
 
     def submit(

@@ -336,7 +336,7 @@ class SanaModel(DiffuserModel):
     ) -> dict[str, Any]:
         """Keyword arguments for ``self.transformer``: text mask as ``encoder_attention_mask``,
         timestep = σ·num_train_timesteps·timestep_scale (``sigmas``: 0-d or one per sample)."""
-        dtype = self.transformer.dtype
+        dtype = next(self.transformer.parameters()).dtype  # diffusers' .dtype walks every module
         if sigmas.ndim == 0:
             sigmas = sigmas.expand(latents.shape[0])
         return {

@@ -328,7 +328,7 @@ def sampler_settings(cosmos_config: Any, model: Any, *, validation: bool = False
         raise ValueError(f"policy.diffusers.inference_size / {frames_key}: {exc}") from exc
     shift = 1.0
     if rollout.sigma_schedule == "shifted":
-        shift = rollout.flow_shift if rollout.flow_shift is not None else model.scheduler.config.flow_shift
+        shift = rollout.flow_shift if rollout.flow_shift is not None else model.default_flow_shift
     sample_cfg = diffusers_cfg.sample
     return SamplerSettings(
         height=size[0],

@@ -40,9 +40,7 @@ class SanaFlowGRPOTrainer(SanaRLTrainer):
         """``(log_prob, mean, std)`` of the recorded steps ``step`` of samples ``index`` under ``model``
         (default: the trained policy), with the rollout's sampler, η and CFG."""
         sample_cfg = self.config.policy.diffusers.sample
-        rows = torch.arange(len(index), device=index.device)
-        trajectory = batch.trajectory[index]
-        x, x_next = trajectory[rows, step], trajectory[rows, step + 1]
+        x, x_next = batch.trajectory[index, step], batch.trajectory[index, step + 1]
         sigma, sigma_next = batch.sigmas[index, step], batch.sigmas[index, step + 1]
         denoiser = GuidedDenoiser(model or self.model, batch.text.select(index), guidance_scale=sample_cfg.guidance_scale)
         sampler, eta = self.settings.rollout.sampler, float(sample_cfg.noise_level)

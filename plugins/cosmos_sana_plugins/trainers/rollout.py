@@ -101,10 +101,10 @@ class SanaRollout(RolloutBase):
             self._setup_best_of_n(options)
 
     def _setup_best_of_n(self, options: Any) -> None:
-        from cosmos_sana.rewards.scorers import ScorerSet
+        from cosmos_sana.rewards.ledger import shared_scorers
 
         check_preview_support(options.preview_model, self.model.current_device())
-        scorers = ScorerSet.from_settings(self.settings, self.registry, self.settings.reward_runtime.device)
+        scorers = shared_scorers(self.settings, self.registry, self.model.current_device())
         self._best_of_n = BestOfNSampler(
             options, self.config.rollout.n_generation, lambda media, prompts, meta: scorers.score(media, prompts, meta).total
         )

@@ -3,9 +3,10 @@
 #   bash scripts/device/e2e_nft.sh            (after scripts/device/setup.sh and . /tmp/site/env.sh)
 # A random-initialised SANA-1600M-shaped pipeline at 512 px, JPEG compressibility, launched with the
 # RL launcher (the bare `cosmos-rl --config` underneath); phase 1 is killed after its checkpoint at
-# KILL_AFTER steps, phase 2 resumes to STEPS; then LoRA and full exports, each loaded back by stock
+# KILL_AFTER steps, phase 2 resumes to STEPS; then LoRA and merged (diffusers folder) exports, each loaded back by stock
 # diffusers (--verify). Summaries and logs go to $OUT.
-# Env: STEPS (20), SAVE_FREQ (10), REWARD (jpeg_compressibility), PROMPTS (builtin:demo), WORK (/tmp/e2e),
+# Env: STEPS (20), SAVE_FREQ (10), REWARDS (TOML array, default [{name="jpeg_compressibility"}]),
+#      PROMPTS (builtin:demo), WORK (/tmp/e2e), EXTRA (more key=value overrides, space-separated),
 #      PHASE1_TIMEOUT / PHASE2_TIMEOUT seconds, PHASES (default "1 2 export"; separate device calls
 #      on a still-warm machine may run "1" then "2 export").
 set -uo pipefail
@@ -19,8 +20,10 @@ overrides=(
   "policy.diffusers.inference_size=[512, 512]" "rollout.n_generation=8" "rollout.n_generation_mini_batch=8"
   "rollout.batch_size=2" "train.train_batch_per_replica=16" "train.train_policy.mini_batch=8"
   "train.max_num_steps=$steps" "train.ckpt.save_freq=$save" "train.ckpt.export_safetensors=false"
-  "logging.logger=[\"console\"]" "custom.rewards=[{name=\"${REWARD:-jpeg_compressibility}\"}]"
+  "logging.logger=[\"console\"]" "custom.rewards=${REWARDS:-[{name=\"jpeg_compressibility\"}]}"
 )
+read -ra extra <<<"${EXTRA:-}"
+overrides+=("${extra[@]}")
 launch() {  # $1 = phase name, $2 = timeout, rest = extra overrides
   local name=$1 limit=$2; shift 2
   local t status=0
@@ -39,7 +42,7 @@ fi
 ckpt=$(find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort -t_ -k2 | tail -1)
 echo "latest checkpoint: $ckpt"
 find "$work/out" -name metrics.jsonl -exec cat {} + >"$out/metrics.jsonl" 2>/dev/null
-for fmt in lora diffusers; do
+for fmt in lora merged; do
   t=$(date +%s)
   cosmos-sana export "$ckpt" --out "$work/export-$fmt" --format "$fmt" --verify --verify-size 512 \
     >"$out/export-$fmt.log" 2>&1; echo "export $fmt: exit $? after $(( $(date +%s) - t )) s"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import time
 import math
 
 import pytest
@@ -33,7 +34,9 @@ def test_metrics_and_media_on_disk_without_wandb(tmp_path, monkeypatch):
     paths = log.media(2, "rollout", torch.rand(3, 3, 8, 8), ["a", "b", "c"])
     log.close()
     lines = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    stamps = [line.pop("wall_time") for line in lines]
     assert lines == [{"step": 1, "train/loss": 0.5, "reward/mean": 0.25}, {"step": 2, "train/loss": 0.4}]
+    assert time.time() - 60 < stamps[0] <= stamps[1] <= time.time()
     assert [p.name for p in paths] == ["step_000002_0.png", "step_000002_1.png"]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from cosmos_sana.rewards.scheduler import RewardScheduler
 from cosmos_sana.rewards.scorers import ScorerSet
+from cosmos_sana.step_clock import STEP_CLOCK
 
 #: key of the prompt dict that lists the sample ids of the prompt's completions, in order
 SAMPLE_IDS_KEY = "cosmos_sana_sample_ids"
@@ -125,7 +126,9 @@ class RewardLedger:
         """``{"total": …, component: …}`` of a sample (waits for its batch); forgets the id."""
         with self._lock:
             entry = self._entry(sample_id)
+        waiting = STEP_CLOCK.now()
         scores = entry.future.result()  # a RewardScoringError names the scorer and the samples
+        STEP_CLOCK.add("reward_wait", waiting)
         with self._lock:
             if self._entries.pop(sample_id, None) is None:
                 raise UnknownSampleError(f"the reward of sample {sample_id!r} was taken already (each is scored once)")

@@ -14,7 +14,6 @@ cosmos-rl's colocated loop hands ``step_training`` the step's rollouts (one per 
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 
 from cosmos_sana.log import get_logger
+from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.sana.text import TextConditioning
 from cosmos_sana_plugins.trainers import losses
 from cosmos_sana_plugins.trainers.base import SanaTrainer
@@ -156,7 +156,7 @@ class SanaRLTrainer(SanaTrainer):
         do_save_checkpoint: bool = False,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        started = time.perf_counter()
+        started = STEP_CLOCK.now()
         self.ensure_lr_schedulers(total_steps)
         cfg, tp = self.config.policy.diffusers, self.config.train.train_policy
         batch = RolloutBatch.collate(rollouts, self.device)
@@ -202,6 +202,8 @@ class SanaRLTrainer(SanaTrainer):
         for name, values in batch.components.items():
             report.update(summarize(f"reward/{name}", values))
         report["train/advantage_abs_mean"] = adv.abs().mean().item()
+        STEP_CLOCK.add("train", started)
+        report.update(STEP_CLOCK.close_step())
         self.run_log.log(current_step, report, total_steps)
         interval = self.config.logging.multi_modal_log_interval
         if batch.completions is not None and interval and (current_step % interval == 0 or current_step == 1):

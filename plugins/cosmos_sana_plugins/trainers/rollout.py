@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import time
 from typing import Any
 
 import torch
@@ -36,6 +35,7 @@ from cosmos_sana.config.rollout import SpeedSettings
 from cosmos_sana.log import get_logger
 from cosmos_sana.rewards.ledger import shared_scheduler
 from cosmos_sana.settings import settings_of
+from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.datasets.grouping import group_slices
 from cosmos_sana_plugins.datasets.packer import prompt_item
 from cosmos_sana_plugins.trainers.best_of_n import (
@@ -162,7 +162,7 @@ class SanaRollout(RolloutBase):
 
         if self.model is None:
             raise RuntimeError("rollout has no model: cosmos-rl's colocated loop must set_underlying_model first")
-        started = time.perf_counter()
+        started = STEP_CLOCK.now()
         n = self.config.validation.n_generation if is_validation else self.config.rollout.n_generation
         items = [prompt_item(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
         prompts, metadata = [t for t, _ in items], [m for _, m in items]
@@ -185,7 +185,8 @@ class SanaRollout(RolloutBase):
         results = self._results(payloads, n, out, text.repeat_interleave(n), seeds, is_validation)
         if submission is not None:
             submission.finish(payloads, results, out.media)
-        logger.info("rollout: %d prompts x %d in %.2f s", len(payloads), n, time.perf_counter() - started)
+        STEP_CLOCK.add("rollout", started)
+        logger.info("rollout: %d prompts x %d in %.2f s", len(payloads), n, STEP_CLOCK.now() - started)
         return results
 
     def _results(self, payloads: list[Any], n: int, out: Any, text: Any, seeds: list[int], is_validation: bool) -> list[RolloutResult]:

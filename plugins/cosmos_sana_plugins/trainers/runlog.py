@@ -1,8 +1,8 @@
 """Run logging beside cosmos-rl's: metrics JSONL, media files, wandb, a progress bar.
 
 Everything lands under ``<train.output_dir>/logs/``: ``metrics.jsonl`` (one JSON object a
-step) and ``media/<tag>/step_<N>_<i>.{png,mp4}``. wandb is used when ``[logging] logger``
-lists it and the package imports: cosmos-rl's run is borrowed when one exists (it then
+step, with its ``wall_time``) and ``media/<tag>/step_<N>_<i>.{png,mp4}``. wandb is used when
+``[logging] logger`` lists it and the package imports: cosmos-rl's run is borrowed when one exists (it then
 logs the metrics, we add the media), otherwise we start one honouring ``WANDB_MODE``
 (``offline`` needs no account). Only rank 0 writes.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,7 @@ class RunLog:
             return
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(float(v))}
         with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"step": step, **clean}) + "\n")
+            handle.write(json.dumps({"step": step, "wall_time": time.time(), **clean}) + "\n")
         run = self._wandb_run()
         if run is not None and self._own_run:
             run.log(clean, step=step)

@@ -253,3 +253,19 @@ def test_config_is_redacted_and_load_checks_parts(tmp_path: Path, monkeypatch: p
         load_checkpoint(path, {"optim": {}})
     with pytest.raises(CheckpointError, match="cannot load"):
         load_checkpoint(path, {"trainer": {"y": torch.zeros(2)}})
+
+
+def test_ema_update_matches_the_formula():
+    """shadow ← decay·shadow + (1 − decay)·param, exactly, for every trainable parameter only."""
+    layer = torch.nn.Linear(3, 2)
+    layer.bias.requires_grad_(False)
+    with torch.no_grad():
+        layer.weight.fill_(1.0)
+    ema = ParameterEMA(layer, decay=0.75)
+    with torch.no_grad():
+        layer.weight.fill_(3.0)
+    ema.update()
+    assert set(ema.shadow) == {"weight"}
+    torch.testing.assert_close(ema.shadow["weight"], torch.full((2, 3), 1.5), rtol=0, atol=0)  # .75·1 + .25·3
+    ema.update()
+    torch.testing.assert_close(ema.shadow["weight"], torch.full((2, 3), 1.875), rtol=0, atol=0)  # .75·1.5 + .25·3

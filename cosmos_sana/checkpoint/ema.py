@@ -26,8 +26,10 @@ class ParameterEMA(Stateful):
 
     @torch.no_grad()
     def update(self) -> None:
-        for name, param in self._params.items():
-            self.shadow[name].lerp_(param.detach(), 1.0 - self.decay)
+        names = list(self._params)
+        torch._foreach_lerp_(
+            [self.shadow[n] for n in names], [self._params[n].detach() for n in names], 1.0 - self.decay
+        )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return dict(self.shadow)

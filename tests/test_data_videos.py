@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -92,3 +93,31 @@ def test_cosmos_json_video_and_train_frames_default(tmp_path):
 def test_fps_and_stride_are_exclusive():
     with pytest.raises(ValueError, match="either fps or stride"):
         VideoDataParams(path="x", fps=8, stride=2)
+
+
+def test_zip_index_is_read_once_per_archive_version(tmp_path, monkeypatch):
+    """Reading every member must not re-parse the archive's index per sample (O(N²) an epoch)."""
+    import zipfile
+
+    from cosmos_sana_plugins.datasets import layouts
+
+    archive = write_sana_zip(tmp_path / "part0.zip", {f"k{i}": 2 for i in range(4)})
+    opened = []
+    real = zipfile.ZipFile
+
+    def counting(*args, **kwargs):
+        opened.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(layouts.zipfile, "ZipFile", counting)
+    data = _videos(archive, size=(8, 8), num_frames=2)
+    before = len(opened)
+    for _ in range(2):
+        for i in range(len(data)):
+            assert data[i]["pixels"].shape[1] == 2
+    after = len(opened)
+    assert after - before <= 1
+    # a replaced archive (new mtime) is opened afresh, never read through the stale index
+    os.utime(archive, ns=(1, 1))
+    assert data[0]["pixels"].shape[1] == 2
+    assert len(opened) == after + 1

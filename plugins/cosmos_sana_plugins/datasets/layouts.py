@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,24 @@ def modality_of(name: str) -> Modality | None:
     return None
 
 
+_ARCHIVES: dict[tuple[int, str, int, int], zipfile.ZipFile] = {}
+_ARCHIVES_LOCK = threading.Lock()
+
+
+def open_archive(path: Path) -> zipfile.ZipFile:
+    """``path`` opened once per process and file version (reading its index is O(members));
+    CPython's ``ZipFile`` serialises member reads itself, so threads may share it."""
+    stat = os.stat(path)
+    key = (os.getpid(), str(path), stat.st_size, stat.st_mtime_ns)
+    with _ARCHIVES_LOCK:
+        archive = _ARCHIVES.get(key)
+        if archive is None:
+            for old in [k for k in _ARCHIVES if k[:2] == key[:2]]:  # the file was replaced
+                _ARCHIVES.pop(old).close()
+            archive = _ARCHIVES[key] = zipfile.ZipFile(path)
+        return archive
+
+
 @dataclass(frozen=True)
 class MediaSource:
     """A file on disk, or a ``member`` of the zip archive at ``path``."""
@@ -57,8 +76,7 @@ class MediaSource:
     def read_bytes(self) -> bytes:
         if self.member is None:
             return self.path.read_bytes()
-        with zipfile.ZipFile(self.path) as archive:
-            return archive.read(self.member)
+        return open_archive(self.path).read(self.member)
 
     def open(self) -> BinaryIO:
         """A seekable binary stream (zip members are read into memory)."""

@@ -105,6 +105,33 @@ def test_remote_reward_not_ready_is_an_index_error_upstream(monkeypatch):
     assert list(queue.queue) == ["u1"]
 
 
+def test_colocated_step_reads_the_drained_policy_stream_with_the_command_block():
+    """Worked around by ``patch_command_poll``: waiting for the rollout's weight-sync command, the
+    colocated controller first reads the policy's command stream, a Redis read that blocks for
+    ``CMD_READING_TIMEOUT_MS`` (10 s upstream) when the stream is empty, once every step."""
+    import re
+
+    constant = inspect.getsource(importlib.import_module("cosmos_rl.utils.constant"))
+    assert re.search(r"CMD_READING_TIMEOUT_MS = 10 \* 1000\b", constant)
+    from cosmos_rl.colocated.controller import ColocatedController
+    from cosmos_rl.utils.redis_stream import RedisStreamHandler
+
+    wait = inspect.getsource(ColocatedController.wait_for_remote_command)
+    assert "if replica is self.rollout:" in wait and "self.policy.subscribe_remote_commands()" in wait
+    assert "block=RedisStreamConstant.CMD_READING_TIMEOUT_MS" in inspect.getsource(RedisStreamHandler.subscribe_command)
+
+
+def test_only_the_fatal_exit_code_stops_a_launch_when_a_worker_fails():
+    """Why a failing worker exits with ``worker_failure_exit_code``: for any other status the
+    launcher leaves the controller up for other replicas (a hang with one replica)."""
+    from cosmos_rl.launcher import launch_all, torchrun
+
+    monitor = inspect.getsource(launch_all._monitor_processes)
+    assert "rc != FATAL_TRANSPORT_EXIT_CODE" in monitor and "pending.remove(process)" in monitor
+    assert "raise SystemExit(FATAL_TRANSPORT_EXIT_CODE)" in inspect.getsource(torchrun.main)
+    assert compat.worker_failure_exit_code() == 86
+
+
 def test_diffuser_model_init_order_the_sana_adapter_relies_on():
     """``SanaModel`` overrides ``load_models_from_hf`` and ``apply_lora`` and sets the attributes
     they read before calling ``DiffuserModel.__init__``, which must call them in this order."""

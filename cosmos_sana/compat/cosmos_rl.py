@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 from typing import Any
 
 from cosmos_sana.log import get_logger
@@ -153,6 +154,46 @@ def patch_remote_reward_not_ready() -> None:
     RemoteRewardCalculator.get_results = get_results
 
 
+#: environment variable: how long (ms) a Redis command read may block; see :func:`patch_command_poll`
+COMMAND_POLL_ENV = "COSMOS_SANA_COMMAND_POLL_MS"
+DEFAULT_COMMAND_POLL_MS = 20
+
+
+def command_poll_ms() -> int:
+    """The command-read block from :data:`COMMAND_POLL_ENV` (default 20 ms; 0 would block forever)."""
+    raw = os.environ.get(COMMAND_POLL_ENV, str(DEFAULT_COMMAND_POLL_MS))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{COMMAND_POLL_ENV}={raw!r}: must be a whole number of milliseconds >= 1")
+    return value
+
+
+def patch_command_poll() -> None:
+    """Every colocated RL step waited 10 s for nothing: after the train acknowledgement the loop
+    reads the policy's Redis command stream once more (``ColocatedController.wait_for_remote_command``,
+    until the rollout's weight-sync command arrives) and that read blocks for
+    ``RedisStreamConstant.CMD_READING_TIMEOUT_MS`` = 10 000 ms though the stream is drained. A short
+    block keeps the loop responsive; reads are retried by their callers, so nothing is lost."""
+    from cosmos_rl.utils.constant import RedisStreamConstant
+
+    RedisStreamConstant.CMD_READING_TIMEOUT_MS = command_poll_ms()
+
+
+#: environment variable: ``wait`` keeps cosmos-rl's behaviour when a worker fails (the controller stays up)
+WORKER_ERROR_ENV = "COSMOS_SANA_ON_WORKER_ERROR"
+
+
+def worker_failure_exit_code() -> int:
+    """The exit status cosmos-rl's launcher treats as fatal for the whole job (its torchrun wrapper
+    passes it through); any other failing worker leaves the controller waiting for replicas forever."""
+    from cosmos_rl.utils.transport_failure import FATAL_TRANSPORT_EXIT_CODE
+
+    return FATAL_TRANSPORT_EXIT_CODE
+
+
 def resume_metadata(**fields: Any) -> Any:
     """cosmos-rl's ``ControllerResumeMetadata`` (what a ``ControllerResumeAdapter`` returns)."""
     from cosmos_rl.dispatcher.data.resume import ControllerResumeMetadata
@@ -217,6 +258,7 @@ def register_all(registry: PluginRegistry) -> None:
     register_tokenizer_loader()
     patch_remote_reward_not_ready()
     patch_colocated_resume()
+    patch_command_poll()
     _registered_into.add(id(registry))
 
 
@@ -227,7 +269,18 @@ def run_worker_entry(**kwargs: Any) -> Any:
     unknown = set(kwargs) - set(WORKER_ENTRY_KWARGS)
     if unknown:
         raise TypeError(f"unsupported worker-entry arguments: {sorted(unknown)}")
-    return worker_main(**kwargs)
+    if os.environ.get(WORKER_ERROR_ENV, "stop") == "wait":
+        return worker_main(**kwargs)
+    try:
+        return worker_main(**kwargs)
+    except Exception:
+        # a crashed replica otherwise leaves `cosmos-rl` running with nothing to train
+        logger.exception(
+            "worker failed; stopping the whole launch (set %s=wait to keep the controller up)", WORKER_ERROR_ENV
+        )
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(worker_failure_exit_code())
 
 
 def controller_config() -> tuple[Any, Any]:

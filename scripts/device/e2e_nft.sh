@@ -16,11 +16,12 @@ steps=${STEPS:-20}; save=${SAVE_FREQ:-10}
 t0=$(date +%s)
 [[ -d $work/model ]] || cosmos-sana make-tiny --out "$work/model" --preset sana-1600m --device cuda --dtype bfloat16 >"$out/make_tiny.log" 2>&1
 echo "model built: $(( $(date +%s) - t0 )) s"
+rewards=${REWARDS:-'[{name="jpeg_compressibility"}]'}  # (a literal '}' can't sit in a ${...:-default})
 overrides=(
   "policy.diffusers.inference_size=[512, 512]" "rollout.n_generation=8" "rollout.n_generation_mini_batch=8"
   "rollout.batch_size=2" "train.train_batch_per_replica=16" "train.train_policy.mini_batch=8"
   "train.max_num_steps=$steps" "train.ckpt.save_freq=$save" "train.ckpt.export_safetensors=false"
-  "logging.logger=[\"console\"]" "custom.rewards=${REWARDS:-[{name=\"jpeg_compressibility\"}]}"
+  "logging.logger=[\"console\"]" "custom.rewards=$rewards"
 )
 read -ra extra <<<"${EXTRA:-}"
 overrides+=("${extra[@]}")

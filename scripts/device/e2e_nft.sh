@@ -32,6 +32,8 @@ launch() {  # $1 = phase name, $2 = timeout, rest = extra overrides
   NPROC_PER_NODE=1 DATASET_PATH=${PROMPTS:-builtin:demo} BASE_CHECKPOINT_PATH=$work/model OUTPUT_ROOT=$work/out \
     timeout -s INT "$limit" bash launchers/launch_rl_sana-image-nft.sh -- "${overrides[@]}" "$@" >"$out/$name.log" 2>&1 || status=$?
   echo "$name: exit $status after $(( $(date +%s) - t )) s"
+  mkdir -p "$out/logs-$name"  # worker and controller logs (cosmos-rl writes them per launch)
+  find "$work/out" -newermt "@$t" \( -name "*.log" -o -name metrics.jsonl \) -exec cp {} "$out/logs-$name/" \; 2>/dev/null
 }
 phases=" ${PHASES:-1 2 export} "
 if [[ $phases == *" 1 "* ]]; then

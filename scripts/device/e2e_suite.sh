@@ -82,15 +82,25 @@ rl_image() {  # $1 = grpo|ddrl, $2 = port offset, rest = overrides
 job_grpo() { rl_image grpo 30; }
 job_ddrl() { rl_image ddrl 40 "custom.real_data.args.path=\"$(dataset)/train\""; }
 
-summarise() {  # reward/loss per step of every metrics.jsonl under $work
+summarise() {  # reward/loss/step time of every metrics.jsonl under $work
   find "$work" -name metrics.jsonl -path "*out-*" | while read -r f; do
     python - "$f" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-r = [round(row["reward/mean"], 5) for row in rows if "reward/mean" in row]
-l = [round(row["loss"], 4) for row in rows if "loss" in row]
-print(sys.argv[1], "| steps", len(rows), "| reward", r[:2], "->", r[-2:], "| loss", l[:1], "->", l[-1:])
+def col(key, nd=4):
+    return [round(row[key], nd) for row in rows if key in row]
+r, l, t = col("reward/mean", 5), col("train/loss"), col("time/step_s", 2)
+print(sys.argv[1], "| steps", len(rows), "| reward", r[:2], "->", r[-2:], "| loss", l[:1], "->", l[-1:], "| step s", t[-3:])
 PY
+  done
+}
+collect_logs() {  # every worker/controller log and metrics file of each job, flat, under $out/logs-<job>
+  local dir job
+  for dir in "$work"/out-*; do
+    [[ -d $dir ]] || continue
+    job=${dir##*/out-}
+    mkdir -p "$out/logs-$job"
+    find "$dir" \( -name "*.log" -o -name metrics.jsonl -o -name "*.toml" \) -exec cp {} "$out/logs-$job/" \; 2>/dev/null
   done
 }
 
@@ -107,5 +117,6 @@ done
 echo "models and data ready"
 for job in "$@"; do "job_$job" & done
 wait
+collect_logs
 summarise | tee "$out/summary.txt"
 find "$work" -maxdepth 6 -type d -name "iter_*" | sort >"$out/checkpoints.txt"

@@ -7,6 +7,7 @@ written as shards and re-sharded on load, so the rank count may change).
 
 from __future__ import annotations
 
+import contextvars
 import io
 import math
 import warnings
@@ -31,8 +32,22 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match what is being loaded."""
 
 
+_rank_local = contextvars.ContextVar("cosmos_sana_dcp_rank_local", default=False)
+
+
+@contextmanager
+def rank_local() -> Iterator[None]:
+    """Inside, DCP reads and writes involve this process alone, even in a distributed job
+    (rank 0 exporting the checkpoint every rank just wrote must not start a collective)."""
+    token = _rank_local.set(True)
+    try:
+        yield
+    finally:
+        _rank_local.reset(token)
+
+
 def is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
+    return not _rank_local.get() and dist.is_available() and dist.is_initialized()
 
 
 def rank_and_world() -> tuple[int, int]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from cosmos_sana.checkpoint.dcp_io import CheckpointError
+from cosmos_sana.checkpoint.dcp_io import CheckpointError, rank_local
 from cosmos_sana.checkpoint.layout import STAGING_PREFIX, publish, remove_checkpoint, write_marker
 from cosmos_sana.checkpoint.pipeline_folder import TRANSFORMER, stored_dtype
 from cosmos_sana.checkpoint.training import package_versions
@@ -89,7 +89,26 @@ def export_checkpoint(
     max_shard_size: str | int = DEFAULT_SHARD,
     verify: VerifyOptions | None = None,
 ) -> Path:
-    """Export ``checkpoint`` to ``out`` in ``fmt``; returns ``out``. ``verify`` generates once first."""
+    """Export ``checkpoint`` to ``out`` in ``fmt``; returns ``out``. ``verify`` generates once first.
+
+    Runs in this process alone, also on one rank of a distributed job."""
+    with rank_local():
+        return _export(checkpoint, out, fmt=fmt, ema=ema, base=base, adapter=adapter, dtype=dtype,
+                       max_shard_size=max_shard_size, verify=verify)
+
+
+def _export(
+    checkpoint: str | Path,
+    out: str | Path,
+    *,
+    fmt: str,
+    ema: bool,
+    base: str | Path | None,
+    adapter: str | None,
+    dtype: torch.dtype | None,
+    max_shard_size: str | int,
+    verify: VerifyOptions | None,
+) -> Path:
     source = open_source(checkpoint, base)
     fmt = resolve_format(fmt, source)
     out = Path(out)

@@ -132,6 +132,21 @@ def test_only_the_fatal_exit_code_stops_a_launch_when_a_worker_fails():
     assert compat.worker_failure_exit_code() == 86
 
 
+def test_policy_workers_check_the_bare_trainer_type_but_sft_builds_the_prefixed_one():
+    """Why ``register_trainers`` adds the bare alias of ``diffusers_*`` trainers, and why
+    ``check_policy_worker_config`` can run the check on a namespace of two attributes."""
+    import re
+
+    from cosmos_rl.policy.worker.base import PolicyWorkerBase
+    from cosmos_rl.policy.worker.sft_worker import SFTPolicyWorker
+
+    check = inspect.getsource(PolicyWorkerBase.check_config)
+    assert "TrainerRegistry.get_trainer_cls(trainer_type)" in check
+    assert set(re.findall(r"self\.(\w+)", check)) == {"config", "parallel_dims"}
+    assert '"diffusers_" + trainer_type' in inspect.getsource(SFTPolicyWorker)
+    assert "self.check_config()" in inspect.getsource(PolicyWorkerBase.__init__)
+
+
 def test_diffuser_model_init_order_the_sana_adapter_relies_on():
     """``SanaModel`` overrides ``load_models_from_hf`` and ``apply_lora`` and sets the attributes
     they read before calling ``DiffuserModel.__init__``, which must call them in this order."""

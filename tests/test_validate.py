@@ -128,3 +128,28 @@ def test_the_trainers_own_refusals_surface_at_validate_time(tmp_path):
     ddrl = ROOT / "toml" / "tiny" / "sana-image-ddrl.toml"
     with pytest.raises(ConfigInvalid, match="train.train_policy.kl_beta = 0.04: DDRL replaces the KL penalty"):
         validate_file(ddrl, ["train.train_policy.kl_beta=0.04"], registry=load_plugins())
+
+
+def test_cosmos_rls_own_worker_check_runs_at_validate_time():
+    """A batch the policy worker would refuse at start-up (after minutes of model loading) is
+    refused by ``validate`` with upstream's reason."""
+    recipe = ROOT / "toml" / "sana-image-nft.toml"
+    with pytest.raises(ConfigInvalid, match=r"policy worker would refuse.*divisible by data-parallel size\(8\) \* mini_batch\(7\)"):
+        validate_file(recipe, ["train.train_policy.mini_batch=7"], registry=load_plugins())
+
+
+@pytest.mark.parametrize("recipe", [p for p in RECIPES if "sft" in p.name], ids=lambda p: p.name)
+def test_sft_recipes_pass_the_workers_trainer_lookup(recipe):
+    """The policy worker looks up the bare ``sana_sft`` before the SFT worker prefixes it:
+    without the alias this is ``Trainer sana_sft is not supported`` and the launch hangs."""
+    import tomllib
+
+    from cosmos_rl.policy.trainer.base import TrainerRegistry
+
+    from cosmos_sana.compat.cosmos_rl import check_policy_worker_config, cosmos_config_class, register_all
+
+    register_all(load_plugins())
+    data = tomllib.loads(recipe.read_text())
+    key = data["train"]["train_policy"]["trainer_type"]
+    assert TrainerRegistry.get_trainer_cls(key) is TrainerRegistry.get_trainer_cls(f"diffusers_{key}")
+    check_policy_worker_config(cosmos_config_class().model_validate(data))

@@ -10,6 +10,7 @@ import contextlib
 import io
 import os
 import sys
+import types
 from typing import Any
 
 from cosmos_sana.log import get_logger
@@ -78,13 +79,41 @@ def register_models(registry: PluginRegistry) -> None:
         ModelRegistry.register(DiffuserModelWeightMapper, allow_override=True)(model_cls)
 
 
+#: cosmos-rl's SFT worker builds trainer ``diffusers_<trainer_type>`` for diffusers models
+DIFFUSERS_SFT_PREFIX = "diffusers_"
+
+
 def register_trainers(registry: PluginRegistry) -> None:
-    """Trainers keep their own registry keys; clashing with upstream is an error."""
+    """Trainers keep their own registry keys; clashing with upstream is an error.
+
+    A ``diffusers_<type>`` trainer is also registered as ``<type>``: every policy worker first
+    runs ``PolicyWorkerBase.check_config``, which looks the bare ``trainer_type`` up, before the
+    SFT worker adds the prefix. Without the alias an SFT launch dies before it registers with
+    the controller, and the launch hangs."""
     from cosmos_rl.policy.trainer.base import TrainerRegistry
 
     for entry in registry.entries("trainer"):
         key = entry.spec.trainer_type or entry.spec.name
-        TrainerRegistry.register(trainer_type=key)(entry.spec.load())
+        cls = entry.spec.load()
+        TrainerRegistry.register(trainer_type=key)(cls)
+        if key.startswith(DIFFUSERS_SFT_PREFIX):
+            TrainerRegistry.register(trainer_type=key.removeprefix(DIFFUSERS_SFT_PREFIX))(cls)
+
+
+def check_policy_worker_config(config: Any) -> None:
+    """cosmos-rl's own start-up check of every policy worker (batch divisibility, trainer lookup),
+    run before launch; raises ``ValueError`` with upstream's message."""
+    from cosmos_rl.policy.worker.base import PolicyWorkerBase
+    from cosmos_rl.utils.parallelism import ParallelDims
+
+    par = config.policy.parallelism
+    world = par.dp_replicate_size * max(par.dp_shard_size, 1) * par.cp_size * par.tp_size * par.pp_size
+    # check_config reads only these two attributes (pinned in tests/test_compat_upstream.py)
+    worker = types.SimpleNamespace(config=config, parallel_dims=ParallelDims.from_config_for_analysis(par, world))
+    try:
+        PolicyWorkerBase.check_config(worker)
+    except (AssertionError, TypeError) as exc:
+        raise ValueError(str(exc) or type(exc).__name__) from exc
 
 
 def register_rollouts(registry: PluginRegistry) -> None:

@@ -100,7 +100,7 @@ PINS = CORE + MAYBE + EXTRAS
 
 #: Declared requirements we do not carry, and why (reported, never an error).
 LEFT_OUT = {
-    "av": "video decode only; the cp312 wheel is ~33 MiB (over the transfer budget)",
+    "av": "video datasets (SFT) only: ~33 MiB for cp312, over the transfer budget; rollout videos are logged as GIF without it",
     "wandb": "optional; cosmos-rl only warns without it",
     "modelscope": "not imported on the training path",
     "pynvml": "not imported on the training path (nvidia-ml-py serves)",

@@ -121,3 +121,16 @@ def test_zip_index_is_read_once_per_archive_version(tmp_path, monkeypatch):
     os.utime(archive, ns=(1, 1))
     assert data[0]["pixels"].shape[1] == 2
     assert len(opened) == after + 1
+
+
+def test_missing_pyav_is_named_before_any_sample_is_read(tmp_path, monkeypatch):
+    import importlib.util
+
+    from cosmos_sana_plugins.datasets.errors import DatasetError
+
+    write_video(tmp_path / "clip.mp4", num_frames=3)
+    (tmp_path / "clip.txt").write_text("a clip\n")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "av" else real_find_spec(name, *a))
+    with pytest.raises(DatasetError, match=r"videos\(.*\): decoding needs PyAV; pip install 'cosmos-sana\[video\]'"):
+        _videos(tmp_path, size=(8, 8), num_frames=3)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import builtins
 import json
-import time
 import math
+import time
 
 import pytest
 import torch
@@ -57,3 +57,33 @@ def test_wandb_offline_run_gets_metrics_and_media(tmp_path, monkeypatch):
     log.close()
     runs = list((tmp_path / "logs" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
+
+
+def test_video_media_fall_back_to_gif_without_pyav(tmp_path, monkeypatch):
+    """PyAV is an optional extra (absent on the GPU image): rollout videos become animated GIFs."""
+    from PIL import Image
+
+    real_import = builtins.__import__
+
+    def no_av(name, *args, **kwargs):
+        if name == "av":
+            raise ImportError("no PyAV here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_av)
+    log = RunLog(tmp_path, progress_bar=False, media_count=1, fps=10)
+    video = torch.zeros(2, 3, 3, 8, 8)  # B×T×C×H×W
+    video[:, 1] = 1.0  # frame 1 white
+    (path,) = log.media(1, "rollout", video, ["a", "b"])
+    assert path.name == "step_000001_0.gif"
+    with Image.open(path) as gif:
+        assert gif.n_frames == 3 and gif.info["duration"] == 100  # ms a frame (GIF stores 10 ms units)
+        gif.seek(1)
+        assert gif.convert("RGB").getpixel((0, 0)) == (255, 255, 255)
+
+
+def test_a_media_failure_never_ends_the_step(tmp_path, caplog):
+    log = RunLog(tmp_path, progress_bar=False, media_count=1)
+    with caplog.at_level("WARNING"):
+        assert log.media(3, "rollout", torch.rand(1, 8), ["not an image"]) == []  # a sample of shape (8,)
+    assert "step 3: could not log rollout media" in caplog.text

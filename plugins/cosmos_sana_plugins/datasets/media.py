@@ -12,6 +12,8 @@ good one (index + 1, + 2, ... wrapping), so the order stays a function of the se
 
 from __future__ import annotations
 
+import importlib.util
+
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
@@ -162,6 +164,8 @@ def build_images(params: ImageDataParams, *, cosmos_config: Any = None,
 def build_videos(params: VideoDataParams, *, cosmos_config: Any = None,
                  on_bad_sample: OnBadSample = "fail") -> VideoDataset:
     """The ``videos`` dataset from ``[custom.data] args``."""
+    if importlib.util.find_spec("av") is None:
+        raise DatasetError(f"videos({params.path}): decoding needs PyAV; pip install 'cosmos-sana[video]' (av>=12)")
     size = _size(params, cosmos_config)
     num_frames = params.num_frames or config_value(cosmos_config, "policy.diffusers.train_frames")
     if not num_frames:

@@ -38,7 +38,7 @@ def summarize(name: str, values: Sequence[float]) -> dict[str, float]:
 
 
 def save_media(sample: torch.Tensor, path: Path, fps: int = 16) -> Path:
-    """One image ``C×H×W`` (PNG) or video ``T×C×H×W`` (MP4, needs PyAV) in [0, 1]; returns the file."""
+    """One image ``C×H×W`` (PNG) or video ``T×C×H×W`` (MP4 with PyAV, else GIF) in [0, 1]; returns the file."""
     pixels = (sample.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
     path.parent.mkdir(parents=True, exist_ok=True)
     if pixels.ndim == 3:
@@ -47,7 +47,10 @@ def save_media(sample: torch.Tensor, path: Path, fps: int = 16) -> Path:
         path = path.with_suffix(".png")
         Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(path)
     elif pixels.ndim == 4:
-        import av
+        try:
+            import av
+        except ImportError:  # PyAV is the optional [video] extra: an animated GIF instead
+            return _save_gif(pixels, path.with_suffix(".gif"), fps)
 
         path = path.with_suffix(".mp4")
         with av.open(str(path), "w") as container:
@@ -58,6 +61,14 @@ def save_media(sample: torch.Tensor, path: Path, fps: int = 16) -> Path:
             container.mux(stream.encode())
     else:
         raise ValueError(f"media must be C×H×W or T×C×H×W, got shape {tuple(sample.shape)}")
+    return path
+
+
+def _save_gif(pixels: torch.Tensor, path: Path, fps: int) -> Path:
+    from PIL import Image
+
+    frames = [Image.fromarray(frame) for frame in pixels.permute(0, 2, 3, 1).numpy()]
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=round(1000 / fps), loop=0)
     return path
 
 
@@ -136,14 +147,18 @@ class RunLog:
         """Save up to ``media_count`` samples (``B×C×H×W`` or ``B×T×C×H×W``) and log them to wandb."""
         if not self.active or self.media_count == 0:
             return []
-        paths = [
-            save_media(sample, self.dir / "media" / tag / f"step_{step:06d}_{i}", self.fps)
-            for i, sample in enumerate(samples[: self.media_count])
-        ]
-        run = self._wandb_run()
-        if run is not None:
-            kind = self._wandb.Image if paths and paths[0].suffix == ".png" else self._wandb.Video
-            run.log({f"media/{tag}": [kind(str(p), caption=c) for p, c in zip(paths, captions)], "media_step": step})
+        try:  # media are a convenience: a failure here must not end a training run
+            paths = [
+                save_media(sample, self.dir / "media" / tag / f"step_{step:06d}_{i}", self.fps)
+                for i, sample in enumerate(samples[: self.media_count])
+            ]
+            run = self._wandb_run()
+            if run is not None:
+                kind = self._wandb.Image if paths and paths[0].suffix == ".png" else self._wandb.Video
+                run.log({f"media/{tag}": [kind(str(p), caption=c) for p, c in zip(paths, captions)], "media_step": step})
+        except Exception as exc:
+            logger.warning("step %d: could not log %s media (%s: %s); training goes on", step, tag, type(exc).__name__, exc)
+            return []
         return paths
 
     def _advance(self, step: int, total: int | None, metrics: Mapping[str, float]) -> None:

@@ -204,6 +204,9 @@ class SanaRLTrainer(SanaTrainer):
         report["train/advantage_abs_mean"] = adv.abs().mean().item()
         STEP_CLOCK.add("train", started)
         report.update(STEP_CLOCK.close_step())
+        if self.device.type == "cuda":  # this rank's peak over the whole step (rollout included)
+            report["memory/peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(self.device)
         self.run_log.log(current_step, report, total_steps)
         interval = self.config.logging.multi_modal_log_interval
         if batch.completions is not None and interval and (current_step % interval == 0 or current_step == 1):

@@ -319,7 +319,19 @@ def test_native_checkpoint_replaces_the_pipeline_transformer(tiny_image_pipeline
         for p in plain.transformer.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     native = save_native(plain.transformer, tmp_path / "native.pth")
-    model = _model(tiny_image_pipeline_dir, native=str(native), lora=_lora(lora_names=["default"]))
+    from diffusers import SanaTransformer2DModel
+
+    stock_loads = []
+    real = SanaTransformer2DModel.from_pretrained.__func__
+
+    def counting(cls, *args, **kwargs):
+        stock_loads.append(args)
+        return real(cls, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SanaTransformer2DModel, "from_pretrained", classmethod(counting))
+        model = _model(tiny_image_pipeline_dir, native=str(native), lora=_lora(lora_names=["default"]))
+    assert stock_loads == []  # the pipeline's own transformer weights are never read
     text, x, sigma = plain.encode_text(["a cat"]), torch.randn(1, 4, 32, 32), torch.tensor([0.5])
     with torch.no_grad():
         expected = plain.velocity(x, sigma, text)

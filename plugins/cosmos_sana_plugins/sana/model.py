@@ -154,9 +154,13 @@ class SanaModel(DiffuserModel):
             "vae": torch_dtype(self.options.vae_dtype, "custom.model.vae_dtype"),
             "default": dtype,
         }
-        self.pipeline = DiffusionPipeline.from_pretrained(model_str, revision=revision, torch_dtype=dtypes)
-        if self.options.native_checkpoint:
-            self._load_native_transformer(dtype)
+        if self.options.native_checkpoint:  # the stock transformer would be loaded only to be replaced
+            self.pipeline = DiffusionPipeline.from_pretrained(
+                model_str, revision=revision, torch_dtype=dtypes, transformer=None
+            )
+            self._load_native_transformer(model_str, revision, dtype)
+        else:
+            self.pipeline = DiffusionPipeline.from_pretrained(model_str, revision=revision, torch_dtype=dtypes)
         device = resolve_device(self.options.device)
         self.valid_models = [k for k, v in self.pipeline.config.items() if isinstance(v, (tuple, list)) and v[0]]
         self.model_parts, self.offloaded_models = [], []
@@ -173,12 +177,17 @@ class SanaModel(DiffuserModel):
             self.model_parts.append((name, part))
         logger.info("loaded %s on %s (transformer %s, offload=%s)", model_str, device, dtype, self.offload)
 
-    def _load_native_transformer(self, dtype: torch.dtype) -> None:
+    def _load_native_transformer(self, model_str: str, revision: str, dtype: torch.dtype) -> None:
+        """The native checkpoint's weights in the architecture of the pipeline's ``transformer/config.json``."""
+        import diffusers
+
         from cosmos_sana_plugins.sana.native_checkpoint import load_native_transformer
 
+        class_name = diffusers.DiffusionPipeline.load_config(model_str, revision=revision)["transformer"][1]
+        config = getattr(diffusers, class_name).load_config(model_str, subfolder="transformer", revision=revision)
         transformer = load_native_transformer(
             self.options.native_checkpoint,
-            base_config=dict(self.pipeline.transformer.config),
+            base_config=dict(config),
             use_ema=self.options.native_use_ema,
             torch_dtype=dtype,
         )

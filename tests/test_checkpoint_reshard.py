@@ -54,6 +54,7 @@ WORKER = textwrap.dedent(
     rng = torch.get_rng_state()
     if rank == 0:
         torch.save({"model": model_sd, "optim": optim_sd["state"], "rng": rng}, reference)
+    dist.barrier()  # tear down together: a rank leaving early aborts the other in gloo
     dist.destroy_process_group()
     """
 )

@@ -56,6 +56,7 @@ WORKER = textwrap.dedent(
     lora = {k: v for k, v in state.items() if "lora_" in k}
     ema = {k: v.full_tensor() for k, v in trainer.ema.shadow.items()}
     torch.save({"lora": lora, "ema": ema, "before": before, "reports": reports}, f"{out}/rank{rank}.pt")
+    dist.barrier()  # tear down together: a rank leaving early aborts the other in gloo
     dist.destroy_process_group()
     """
 )

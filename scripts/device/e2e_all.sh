@@ -41,5 +41,5 @@ find /tmp/e2e/out -name metrics.jsonl -exec cp {} "$logs/nft/metrics.jsonl" \; 2
 echo "--- nft"; cat "$logs/nft.txt"
 echo "--- suite"; cat "$logs/suite.txt" 2>/dev/null
 echo "--- peak GPU memory"; sort -t, -k2 -n "$logs/gpu.csv" | tail -n 1
-tar czf "${OUT:-/tmp}/e2e.tgz" -C "$logs" .
+mkdir -p "${OUT:-/tmp}" && tar czf "${OUT:-/tmp}/e2e.tgz" -C "$logs" .
 echo "done at $(( $(date +%s) - t0 )) s; logs in ${OUT:-/tmp}/e2e.tgz"

@@ -52,6 +52,7 @@ bare() {  # $1 = job, $2 = recipe, $3 = model, $4 = port offset, rest = --set ov
 
 job_sft() {
   local mdl data; mdl=$(model sana-1600m); data=$(dataset)
+  [[ -n ${DEADLINE:-} ]] && DEADLINE=$(( DEADLINE - 60 ))  # (this job's subshell) time left for the export
   NPROC_PER_NODE=1 MASTER_PORT=8010 RDZV_PORT=29355 DATASET_PATH=$data/train BASE_CHECKPOINT_PATH=$mdl \
     OUTPUT_ROOT=$work/out-sft timed sft bash launchers/launch_sft_sana-image-sft-lora.sh -- \
     "redis=\"12810\"" "policy.diffusers.inference_size=[512, 512]" "train.train_batch_per_replica=8" \
@@ -60,6 +61,7 @@ job_sft() {
   local ckpt
   ckpt=$(find "$work/out-sft" -maxdepth 5 -type d -name "iter_*" | sort | tail -1)
   echo "sft checkpoint: ${ckpt:-none}"
+  [[ -n ${DEADLINE:-} ]] && DEADLINE=$(( DEADLINE + 60 ))
   [[ -n $ckpt ]] && timed sft-export cosmos-sana export "$ckpt" --out "$work/export-sft-lora" --format lora \
     --verify --verify-size 512
 }

@@ -1,7 +1,10 @@
-"""Two data-parallel ranks (FSDP2 over gloo on CPU, sharded by cosmos-rl's own ``parallelize``) run the
-colocated RL loop: rollout, reward, Diffusion-NFT step with LoRA ``default``/``old``, EMA and a DCP
-checkpoint. The ranks must end with one model: FSDP averages their gradients, so identical weights on
-both ranks after different local batches show the reduction ran."""
+"""Two data-parallel ranks (FSDP2 over gloo on CPU, sharded by cosmos-rl's own ``parallelize``).
+
+* RL: the colocated loop (rollout, reward, Diffusion-NFT step with LoRA ``default``/``old``, EMA, DCP
+  checkpoint, final export). FSDP averages the ranks' gradients, so identical weights on both ranks
+  after different local batches show the reduction ran.
+* SFT: with σ and noise fixed, one step on two ranks of two samples each must equal one step in a
+  single process on all four (the data-parallel gradient is the global mean)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -62,6 +66,77 @@ WORKER = textwrap.dedent(
 )
 
 
+SFT_WORKER = textwrap.dedent(
+    """
+    import sys
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    sys.path.insert(0, sys.argv[3])
+    from fixtures_trainers import build_trainer
+    from test_trainer_fsdp import fixed_noise_sft, sft_setup
+    from cosmos_rl.utils.parallelism import ParallelDims
+
+    pipeline, out = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    original = ParallelDims.from_config
+
+    def on_cpu(parallelism):
+        dims = original(parallelism)
+        dims.build_mesh(device_type="cpu")
+        return dims
+
+    ParallelDims.from_config = on_cpu
+    fixed_noise_sft()
+    config, batch = sft_setup(pipeline, out, dp=2)
+    trainer = build_trainer(config)
+    trainer.step_training(batch[2 * rank : 2 * rank + 2], total_steps=1, train_step=0, save_freq=10)
+    trainer.checkpointing(total_steps=1, train_step=1, save_freq=10, is_last_step=True)
+    state = get_model_state_dict(trainer.model.transformer, options=StateDictOptions(full_state_dict=True))
+    torch.save({k: v for k, v in state.items() if "lora_" in k}, f"{out}/sft_rank{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+def fixed_noise_sft() -> None:
+    """σ = 0.5 and noise 0.3 everywhere: the SFT loss no longer depends on the random draws."""
+    from cosmos_sana_plugins.trainers import losses, sft
+
+    def deterministic(model, latents, text):
+        sigma = torch.full((latents.shape[0],), 0.5)
+        noise = torch.full_like(latents, 0.3)
+        return losses.flow_matching_loss(model.velocity(losses.noised(latents, noise, sigma), sigma, text), latents, noise)
+
+    sft.flow_matching_per_sample = deterministic
+
+
+def sft_setup(pipeline: str | Path, out: str | Path, dp: int) -> tuple[Any, list[Any]]:
+    """The tiny LoRA SFT config (``dp`` FSDP ranks, one sample a micro-batch) and its 4-image batch."""
+    from test_trainer_sft import image_folder, sft_config
+
+    from cosmos_sana.compat.cosmos_rl import register_all
+    from cosmos_sana.plugin_manager import installed_plugins
+    from cosmos_sana.runtime import dataset_factory
+    from cosmos_sana_plugins.datasets.packer import SanaDataPacker
+
+    register_all(installed_plugins())
+    # Adam's first step is ~lr·sign(grad), blind to a gradient summed instead of averaged over ranks;
+    # with eps ≫ |grad| it is ~lr·grad/eps, which is not; no clipping either
+    overrides = {"policy.parallelism.dp_shard_size": dp, "train.train_policy.mini_batch": 1,
+                 "train.ema_enable": False, "validation.enable": False, "train.optm_lr": 1.0,
+                 "train.epsilon": 1.0, "train.optm_grad_norm_clip": 0.0}
+    config = sft_config("sana-image-sft-lora", pipeline, Path(out) / f"dp{dp}", image_folder(Path(out) / "data"),
+                        **overrides)
+    packer = SanaDataPacker()
+    packer.setup(config)
+    dataset = dataset_factory(installed_plugins(), "data")(config)
+    return config, [packer.sft_process_sample(dataset[i]) for i in range(len(dataset))]
+
+
 def test_two_fsdp_ranks_train_one_model(tmp_path: Path, tiny_image_pipeline_dir: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
@@ -100,3 +175,38 @@ def test_two_fsdp_ranks_train_one_model(tmp_path: Path, tiny_image_pipeline_dir:
     for key, value in exported.items():
         ours = key.removeprefix("transformer.").replace(".weight", ".default.weight")
         assert torch.equal(value, ranks[0]["ema"][ours].to(value.dtype)), key
+
+
+def test_two_rank_sft_step_equals_one_process_on_the_whole_batch(tmp_path: Path, tiny_image_pipeline_dir: Path,
+                                                                  cosmos_registries) -> None:
+    script = tmp_path / "sft_worker.py"
+    script.write_text(SFT_WORKER)
+    tests_dir = Path(__file__).resolve().parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(script), str(tiny_image_pipeline_dir), str(tmp_path), str(tests_dir)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    from fixtures_trainers import build_trainer
+
+    import cosmos_sana_plugins.trainers.sft as sft_module
+
+    real = sft_module.flow_matching_per_sample
+    try:
+        fixed_noise_sft()
+        config, batch = sft_setup(tiny_image_pipeline_dir, tmp_path / "single", dp=1)
+        trainer = build_trainer(config)
+        before = {k: v.detach().clone() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+        trainer.step_training(batch, total_steps=1, train_step=0, save_freq=10)
+    finally:
+        sft_module.flow_matching_per_sample = real
+    single = {k: v.detach() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+    ranks = [torch.load(tmp_path / f"sft_rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0].keys() == ranks[1].keys() == single.keys()
+    assert any(not torch.equal(before[k], single[k]) for k in single)
+    for key, value in single.items():
+        assert torch.equal(ranks[0][key], ranks[1][key]), key
+        torch.testing.assert_close(ranks[0][key], value, rtol=1e-5, atol=1e-6, msg=key)
+    # rank 0 exported the final LoRA from the checkpoint both ranks wrote
+    assert (tmp_path / "dp2" / "out" / "safetensors" / "step_1" / "pytorch_lora_weights.safetensors").is_file()

@@ -31,7 +31,7 @@ WORKER = textwrap.dedent(
 
     sys.path.insert(0, sys.argv[3])
     from fixtures_trainers import recipe
-    from cosmos_rl.utils.parallelism import ParallelDims
+    from test_trainer_fsdp import use_cpu_mesh
     from cosmos_sana_plugins.trainers.local_loop import build_components, run_local
 
     pipeline, out = sys.argv[1], sys.argv[2]
@@ -43,14 +43,7 @@ WORKER = textwrap.dedent(
         "train.seed": 1 + rank,  # different samples per rank, as on real DP ranks
     }
     config = recipe("sana-image-nft", pipeline, out, overrides)
-    original = ParallelDims.from_config
-
-    def on_cpu(parallelism):  # the workers' mesh, on gloo
-        dims = original(parallelism)
-        dims.build_mesh(device_type="cpu")
-        return dims
-
-    ParallelDims.from_config = on_cpu
+    use_cpu_mesh()
     trainer, rollout = build_components(config)
     before = {k: v.full_tensor().clone() for k, v in trainer.model.transformer.named_parameters() if v.requires_grad}
     reports = run_local(config, 2, (trainer, rollout))
@@ -75,20 +68,12 @@ SFT_WORKER = textwrap.dedent(
 
     sys.path.insert(0, sys.argv[3])
     from fixtures_trainers import build_trainer
-    from test_trainer_fsdp import fixed_noise_sft, sft_setup
-    from cosmos_rl.utils.parallelism import ParallelDims
+    from test_trainer_fsdp import fixed_noise_sft, sft_setup, use_cpu_mesh
 
     pipeline, out = sys.argv[1], sys.argv[2]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    original = ParallelDims.from_config
-
-    def on_cpu(parallelism):
-        dims = original(parallelism)
-        dims.build_mesh(device_type="cpu")
-        return dims
-
-    ParallelDims.from_config = on_cpu
+    use_cpu_mesh()
     fixed_noise_sft()
     config, batch = sft_setup(pipeline, out, dp=2)
     trainer = build_trainer(config)
@@ -100,6 +85,20 @@ SFT_WORKER = textwrap.dedent(
     dist.destroy_process_group()
     """
 )
+
+
+def use_cpu_mesh() -> None:
+    """cosmos-rl's workers build their device mesh on CUDA; here it is built on gloo."""
+    from cosmos_rl.utils.parallelism import ParallelDims
+
+    original = ParallelDims.from_config
+
+    def on_cpu(parallelism: Any) -> Any:
+        dims = original(parallelism)
+        dims.build_mesh(device_type="cpu")
+        return dims
+
+    ParallelDims.from_config = on_cpu
 
 
 def fixed_noise_sft() -> None:

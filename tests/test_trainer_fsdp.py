@@ -136,15 +136,19 @@ def sft_setup(pipeline: str | Path, out: str | Path, dp: int) -> tuple[Any, list
     return config, [packer.sft_process_sample(dataset[i]) for i in range(len(dataset))]
 
 
-def test_two_fsdp_ranks_train_one_model(tmp_path: Path, tiny_image_pipeline_dir: Path) -> None:
+def run_two_ranks(worker: str, pipeline: Path, tmp_path: Path) -> None:
+    """``worker`` (its args: pipeline, output folder, this tests folder) on 2 ranks under torchrun."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    tests_dir = Path(__file__).resolve().parent
+    script.write_text(worker)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(script), str(tiny_image_pipeline_dir), str(tmp_path), str(tests_dir)]
+           str(script), str(pipeline), str(tmp_path), str(Path(__file__).resolve().parent)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_two_fsdp_ranks_train_one_model(tmp_path: Path, tiny_image_pipeline_dir: Path) -> None:
+    run_two_ranks(WORKER, tiny_image_pipeline_dir, tmp_path)
 
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     # different local batches: the ranks saw different rewards
@@ -178,14 +182,7 @@ def test_two_fsdp_ranks_train_one_model(tmp_path: Path, tiny_image_pipeline_dir:
 
 def test_two_rank_sft_step_equals_one_process_on_the_whole_batch(tmp_path: Path, tiny_image_pipeline_dir: Path,
                                                                   cosmos_registries) -> None:
-    script = tmp_path / "sft_worker.py"
-    script.write_text(SFT_WORKER)
-    tests_dir = Path(__file__).resolve().parent
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(script), str(tiny_image_pipeline_dir), str(tmp_path), str(tests_dir)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_two_ranks(SFT_WORKER, tiny_image_pipeline_dir, tmp_path)
 
     from fixtures_trainers import build_trainer
 

@@ -71,3 +71,10 @@ def test_failing_worker_can_keep_upstreams_behaviour(monkeypatch):
     _failing_worker(monkeypatch)
     with pytest.raises(RuntimeError, match="sample 3"):
         compat.run_worker_entry(dataset=None)
+
+
+def test_unknown_worker_error_policy_is_refused(monkeypatch):
+    monkeypatch.setenv(compat.WORKER_ERROR_ENV, "retry")
+    _failing_worker(monkeypatch)
+    with pytest.raises(ValueError, match="COSMOS_SANA_ON_WORKER_ERROR='retry': use 'stop'"):
+        compat.run_worker_entry(dataset=None)

@@ -298,7 +298,10 @@ def run_worker_entry(**kwargs: Any) -> Any:
     unknown = set(kwargs) - set(WORKER_ENTRY_KWARGS)
     if unknown:
         raise TypeError(f"unsupported worker-entry arguments: {sorted(unknown)}")
-    if os.environ.get(WORKER_ERROR_ENV, "stop") == "wait":
+    on_error = os.environ.get(WORKER_ERROR_ENV, "stop")
+    if on_error not in ("stop", "wait"):
+        raise ValueError(f"{WORKER_ERROR_ENV}={on_error!r}: use 'stop' (the default) or 'wait'")
+    if on_error == "wait":
         return worker_main(**kwargs)
     try:
         return worker_main(**kwargs)

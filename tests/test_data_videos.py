@@ -134,3 +134,17 @@ def test_missing_pyav_is_named_before_any_sample_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "av" else real_find_spec(name, *a))
     with pytest.raises(DatasetError, match=r"videos\(.*\): decoding needs PyAV; pip install 'cosmos-sana\[video\]'"):
         _videos(tmp_path, size=(8, 8), num_frames=3)
+
+
+def test_open_archives_are_bounded(tmp_path, monkeypatch):
+    from cosmos_sana_plugins.datasets import layouts
+
+    monkeypatch.setattr(layouts, "MAX_OPEN_ARCHIVES", 1)
+    first = write_sana_zip(tmp_path / "a.zip", {"k0": 2})
+    second = write_sana_zip(tmp_path / "b.zip", {"k1": 2})
+    layouts.read_member(first, "k0.json")
+    held = next(iter(layouts._ARCHIVES.values()))
+    layouts.read_member(second, "k1.json")
+    assert [key[0] for key in layouts._ARCHIVES] == [str(second)]
+    assert held.fp is None  # the evicted archive was closed
+    assert json.loads(layouts.read_member(first, "k0.json"))["prompt"] == "clip k0"  # and reopens on demand

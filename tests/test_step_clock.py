@@ -34,6 +34,17 @@ def test_split_adds_up_and_resets():
     assert report["time/step_s"] == 3.0 and report["time/rollout_s"] == 1.0 and report["time/other_s"] == 2.0
 
 
+def test_overlapping_spans_of_a_part_count_once():
+    now = FakeTime()
+    clock = StepClock(now)
+    clock.add("reward_wait", started=100.0, ended=102.0)  # two reward threads waiting side by side
+    clock.add("reward_wait", started=101.0, ended=103.0)
+    clock.add("reward_wait", started=104.0, ended=104.5)
+    now.t = 105.0
+    report = clock.close_step()
+    assert report["time/reward_wait_s"] == 3.5 and report["time/other_s"] == 1.5
+
+
 def test_unknown_part_and_empty_step():
     clock = StepClock(FakeTime())
     with pytest.raises(KeyError, match="unknown step part 'sync'"):

@@ -53,6 +53,18 @@ def test_groups_are_prompt_major_and_reproducible_from_seeds(nft):
     assert first.extra_info["seeds"] != second.extra_info["seeds"]
 
 
+def test_only_training_rollouts_count_in_the_step_clock(nft):
+    from cosmos_sana.step_clock import STEP_CLOCK
+
+    config, trainer = nft
+    rollout = build_rollout(config, trainer.model)
+    STEP_CLOCK.close_step()
+    rollout.rollout_generation(payloads(PROMPTS[:1]), None, None, None, is_validation=True)
+    assert STEP_CLOCK.close_step()["time/rollout_s"] == 0.0
+    rollout.rollout_generation(payloads(PROMPTS[:1]), None, None, None)
+    assert STEP_CLOCK.close_step()["time/rollout_s"] > 0.0
+
+
 def test_best_of_n_keeps_best_and_worst_drafts_and_regenerates_them(nft):
     config, trainer = nft
     model = trainer.model

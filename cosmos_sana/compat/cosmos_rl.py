@@ -108,10 +108,10 @@ def check_policy_worker_config(config: Any) -> None:
 
     par = config.policy.parallelism
     world = par.dp_replicate_size * max(par.dp_shard_size, 1) * par.cp_size * par.tp_size * par.pp_size
-    # check_config reads only these two attributes (pinned in tests/test_compat_upstream.py)
-    worker = types.SimpleNamespace(config=config, parallel_dims=ParallelDims.from_config_for_analysis(par, world))
     try:
-        PolicyWorkerBase.check_config(worker)
+        # check_config reads only these two attributes (pinned in tests/test_compat_upstream.py)
+        dims = ParallelDims.from_config_for_analysis(par, world)
+        PolicyWorkerBase.check_config(types.SimpleNamespace(config=config, parallel_dims=dims))
     except (AssertionError, TypeError) as exc:
         raise ValueError(str(exc) or type(exc).__name__) from exc
 

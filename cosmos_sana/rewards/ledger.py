@@ -58,6 +58,7 @@ class _Entry:
     batch_id: Hashable
     future: Future
     address: tuple[int, tuple[int, ...]] | None = None
+    timed: bool = True
 
 
 class RewardLedger:
@@ -82,14 +83,17 @@ class RewardLedger:
         media: Any,
         prompts: Sequence[str],
         metadata: Sequence[dict],
+        *,
+        timed: bool = True,
     ) -> None:
+        """Score ``sample_ids`` on ``scheduler``; ``timed``: waiting for them counts in the step clock."""
         with self._lock:
             again = [s for s in sample_ids if s in self._entries]
         if again:
             raise ValueError(f"batch {batch_id!r}: sample ids {again} were submitted already")
         future = scheduler.submit(batch_id, sample_ids, media, prompts, metadata)
         with self._lock:
-            self._entries.update({s: _Entry(scheduler, batch_id, future) for s in sample_ids})
+            self._entries.update({s: _Entry(scheduler, batch_id, future, timed=timed) for s in sample_ids})
 
     def bind(self, sample_id: str, completion: Any) -> None:
         """Record the tensor cosmos-rl will pass to the reward function as ``sample_id``'s completion."""
@@ -128,7 +132,8 @@ class RewardLedger:
             entry = self._entry(sample_id)
         waiting = STEP_CLOCK.now()
         scores = entry.future.result()  # a RewardScoringError names the scorer and the samples
-        STEP_CLOCK.add("reward_wait", waiting)
+        if entry.timed:
+            STEP_CLOCK.add("reward_wait", waiting)
         with self._lock:
             if self._entries.pop(sample_id, None) is None:
                 raise UnknownSampleError(f"the reward of sample {sample_id!r} was taken already (each is scored once)")

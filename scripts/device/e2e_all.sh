@@ -20,6 +20,7 @@ echo "model ready at $(( $(date +%s) - t0 )) s"
 nft() {
   local phases=${NFT_PHASES:-1 2 export} kill_at=${NFT_KILL_AT:-$(( budget / 2 ))}
   local export_s=90 now
+  (( kill_at > 120 && budget - export_s - kill_at > 120 )) || { echo "BUDGET=$budget too small for kill and resume" >&2; return 1; }
   now=$(( $(date +%s) - t0 ))
   PHASES=$phases STEPS=${NFT_STEPS:-20} SAVE_FREQ=${NFT_SAVE_FREQ:-5} PROMPTS=${NFT_PROMPTS:-builtin:ocr} \
     REWARDS=${NFT_REWARDS:-'[{name="jpeg_compressibility"},{name="ocr"}]'} \
@@ -36,8 +37,10 @@ if [[ -n ${SUITE-sft video grpo ddrl} ]]; then
 fi
 running() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 while (( $(date +%s) < t0 + budget )) && running; do sleep 2; done
+running && pkill -INT -f "cosmos-rl|cosmos_rl"  # past the budget: stop the launches still running
 kill "$monitor" 2>/dev/null
-find /tmp/e2e/out -name metrics.jsonl -exec cp {} "$logs/nft/metrics.jsonl" \; 2>/dev/null
+[[ -s $logs/nft/metrics.jsonl ]] ||  # e2e_nft.sh writes it when it reaches its export phase
+  find /tmp/e2e/out -name metrics.jsonl -print0 2>/dev/null | sort -z | xargs -0r cat >"$logs/nft/metrics.jsonl"
 echo "--- nft"; cat "$logs/nft.txt"
 echo "--- suite"; cat "$logs/suite.txt" 2>/dev/null
 echo "--- peak GPU memory"; sort -t, -k2 -n "$logs/gpu.csv" | tail -n 1

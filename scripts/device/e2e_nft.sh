@@ -30,7 +30,7 @@ launch() {  # $1 = phase name, $2 = timeout, rest = extra overrides
   local t status=0
   t=$(date +%s)
   NPROC_PER_NODE=1 DATASET_PATH=${PROMPTS:-builtin:demo} BASE_CHECKPOINT_PATH=$work/model OUTPUT_ROOT=$work/out \
-    timeout -s INT "$limit" bash launchers/launch_rl_sana-image-nft.sh -- "${overrides[@]}" "$@" >"$out/$name.log" 2>&1 || status=$?
+    MASTER_PORT=${port:-8000} timeout -k 60 -s INT "$limit" bash launchers/launch_rl_sana-image-nft.sh -- "${overrides[@]}" "$@" >"$out/$name.log" 2>&1 || status=$?
   echo "$name: exit $status after $(( $(date +%s) - t )) s"
   mkdir -p "$out/logs-$name"  # worker and controller logs (cosmos-rl writes them per launch)
   find "$work/out" -newermt "@$t" \( -name "*.log" -o -name metrics.jsonl \) -exec cp {} "$out/logs-$name/" \; 2>/dev/null
@@ -40,11 +40,12 @@ if [[ $phases == *" 1 "* ]]; then
   launch phase1 "${PHASE1_TIMEOUT:-330}"
   find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort | tee "$out/checkpoints_after_phase1.txt"
 fi
-[[ $phases == *" 2 "* ]] && launch phase2 "${PHASE2_TIMEOUT:-240}" "train.resume=true"
+# a new controller port: the first one may still be closing
+[[ $phases == *" 2 "* ]] && port=8001 launch phase2 "${PHASE2_TIMEOUT:-240}" "train.resume=true"
 [[ $phases == *" export "* ]] || exit 0
 ckpt=$(find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort -t_ -k2 | tail -1)
 echo "latest checkpoint: $ckpt"
-find "$work/out" -name metrics.jsonl -exec cat {} + >"$out/metrics.jsonl" 2>/dev/null
+find "$work/out" -name metrics.jsonl -print0 | sort -z | xargs -0r cat >"$out/metrics.jsonl"  # phase order
 for fmt in lora merged; do
   t=$(date +%s)
   cosmos-sana export "$ckpt" --out "$work/export-$fmt" --format "$fmt" --verify --verify-size 512 \

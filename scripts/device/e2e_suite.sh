@@ -33,7 +33,7 @@ timed() {  # $1 = job name; runs the rest, logs to $out/$1.log; stops at TIMEOUT
   t=$(date +%s)
   [[ -n ${DEADLINE:-} ]] && (( DEADLINE - t < budget )) && budget=$(( DEADLINE - t ))
   (( budget > 10 )) || { echo "$name: skipped (past DEADLINE)"; return; }
-  timeout -s INT "$budget" "$@" >"$out/$name.log" 2>&1 || status=$?
+  timeout -k 60 -s INT "$budget" "$@" >"$out/$name.log" 2>&1 || status=$?
   echo "$name: exit $status after $(( $(date +%s) - t )) s"
 }
 bare() {  # $1 = job, $2 = recipe, $3 = model, $4 = port offset, rest = --set overrides

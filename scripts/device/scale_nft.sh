@@ -10,7 +10,7 @@ set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/scale}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
 steps=${STEPS:-8}; per_gpu=${PER_GPU:-16}
-present=$(nvidia-smi -L | wc -l)
+present=$(nvidia-smi -L | grep -c '^GPU')
 gpus=${GPUS:-$(for n in 1 2 4 8; do ((n <= present)) && echo "$n"; done)}
 export NCCL_NVLS_ENABLE=0
 [[ -f $work/model/model_index.json ]] ||
@@ -18,8 +18,9 @@ export NCCL_NVLS_ENABLE=0
 metrics=()
 for n in $gpus; do
   t=$(date +%s); status=0
-  NPROC_PER_NODE=$n DATASET_PATH=builtin:demo BASE_CHECKPOINT_PATH=$work/model OUTPUT_ROOT=$work/n$n \
-    timeout -s INT "${TIMEOUT:-300}" bash launchers/launch_rl_sana-image-nft.sh -- \
+  rm -rf "$work/n$n"  # a reused WORK must not leave an older run's metrics
+  NPROC_PER_NODE=$n MASTER_PORT=$((8000 + n)) RDZV_PORT=$((29400 + n)) DATASET_PATH=builtin:demo BASE_CHECKPOINT_PATH=$work/model OUTPUT_ROOT=$work/n$n \
+    timeout -k 60 -s INT "${TIMEOUT:-300}" bash launchers/launch_rl_sana-image-nft.sh -- \
     "policy.diffusers.inference_size=[512, 512]" "rollout.n_generation=8" "rollout.n_generation_mini_batch=8" \
     "rollout.batch_size=$((per_gpu / 8))" "train.train_batch_per_replica=$((per_gpu * n))" \
     "train.train_policy.mini_batch=8" "train.max_num_steps=$steps" "train.ckpt.save_freq=1000" \

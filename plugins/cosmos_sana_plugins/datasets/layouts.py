@@ -18,6 +18,7 @@ import json
 import os
 import threading
 import zipfile
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -41,22 +42,36 @@ def modality_of(name: str) -> Modality | None:
     return None
 
 
-_ARCHIVES: dict[tuple[int, str, int, int], zipfile.ZipFile] = {}
+#: open archives, most recently used last; bounded so a folder of many zips stays under ``ulimit -n``
+_ARCHIVES: OrderedDict[tuple[str, int, int], zipfile.ZipFile] = OrderedDict()
 _ARCHIVES_LOCK = threading.Lock()
+MAX_OPEN_ARCHIVES = 32
 
 
-def open_archive(path: Path) -> zipfile.ZipFile:
-    """``path`` opened once per process and file version (reading its index is O(members));
-    CPython's ``ZipFile`` serialises member reads itself, so threads may share it."""
+def _forget_archives() -> None:  # a forked DataLoader worker opens its own handles
+    global _ARCHIVES_LOCK
+    _ARCHIVES_LOCK = threading.Lock()
+    _ARCHIVES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_archives)
+
+
+def read_member(path: Path, member: str) -> bytes:
+    """``member`` of the zip at ``path``; the archive's index is read once per file version
+    (an epoch over its members was O(members²)), at most :data:`MAX_OPEN_ARCHIVES` stay open."""
     stat = os.stat(path)
-    key = (os.getpid(), str(path), stat.st_size, stat.st_mtime_ns)
-    with _ARCHIVES_LOCK:
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    with _ARCHIVES_LOCK:  # zipfile's shared handle is not safe for concurrent readers: read under the lock
         archive = _ARCHIVES.get(key)
         if archive is None:
-            for old in [k for k in _ARCHIVES if k[:2] == key[:2]]:  # the file was replaced
+            for old in [k for k in _ARCHIVES if k[0] == key[0]]:  # the file was replaced
                 _ARCHIVES.pop(old).close()
             archive = _ARCHIVES[key] = zipfile.ZipFile(path)
-        return archive
+            while len(_ARCHIVES) > MAX_OPEN_ARCHIVES:
+                _ARCHIVES.popitem(last=False)[1].close()
+        _ARCHIVES.move_to_end(key)
+        return archive.read(member)
 
 
 @dataclass(frozen=True)
@@ -76,7 +91,7 @@ class MediaSource:
     def read_bytes(self) -> bytes:
         if self.member is None:
             return self.path.read_bytes()
-        return open_archive(self.path).read(self.member)
+        return read_member(self.path, self.member)
 
     def open(self) -> BinaryIO:
         """A seekable binary stream (zip members are read into memory)."""

@@ -23,8 +23,9 @@ from cosmos_sana.rewards.scheduler import RewardScheduler
 class RewardSubmission:
     """One rollout call's ``len(payloads) × n`` samples (prompt-major), submitted chunk by chunk."""
 
-    def __init__(self, scheduler: RewardScheduler, payloads: list[Any], n: int) -> None:
+    def __init__(self, scheduler: RewardScheduler, payloads: list[Any], n: int, *, timed: bool = True) -> None:
         self.scheduler = scheduler
+        self.timed = timed  # waits for these scores count as the training step's reward_wait
         self.call = ledger.LEDGER.next_call()
         self.ids = [
             [f"rollout{self.call}/{i}/{j}@prompt{getattr(p, 'prompt_idx', i)}" for j in range(n)]
@@ -55,6 +56,6 @@ class RewardSubmission:
         stop = start + media.shape[0]
         ledger.LEDGER.submit(
             self.scheduler, f"rollout{self.call}/rows{start}-{stop}", self._flat[start:stop], media,
-            self._prompts[start:stop], self._metadata[start:stop],
+            self._prompts[start:stop], self._metadata[start:stop], timed=self.timed,
         )
         self._submitted = stop

@@ -136,7 +136,7 @@ class SanaRollout(RolloutBase):
     def _draw_seeds(self, count: int) -> list[int]:
         return torch.randint(0, 2**31 - 1, (count,), generator=self._seeds).tolist()
 
-    def _reward_submission(self, payloads: list[Any], n: int) -> RewardSubmission | None:
+    def _reward_submission(self, payloads: list[Any], n: int, timed: bool) -> RewardSubmission | None:
         """Async scoring of this call's samples, unless inline or cosmos-rl won't score this rank's."""
         if (
             self.settings.reward_runtime.mode != "async"
@@ -145,7 +145,7 @@ class SanaRollout(RolloutBase):
         ):
             return None
         scheduler = shared_scheduler(self.settings, self.registry, self.model.current_device())
-        return RewardSubmission(scheduler, payloads, n)
+        return RewardSubmission(scheduler, payloads, n, timed=timed)
 
     @torch.no_grad()
     def rollout_generation(
@@ -168,7 +168,7 @@ class SanaRollout(RolloutBase):
         prompts, metadata = [t for t, _ in items], [m for _, m in items]
         settings = sampler_settings(self.config, self.model, validation=is_validation)
         text = self.model.encode_text(prompts)
-        submission = self._reward_submission(payloads, n)
+        submission = self._reward_submission(payloads, n, timed=not is_validation)
         on_chunk = None if submission is None else submission.on_chunk
         with self._view(is_validation) as policy_view, self._fast_view(policy_view) as view:
             if self._best_of_n is not None and not is_validation:
@@ -185,7 +185,8 @@ class SanaRollout(RolloutBase):
         results = self._results(payloads, n, out, text.repeat_interleave(n), seeds, is_validation)
         if submission is not None:
             submission.finish(payloads, results, out.media)
-        STEP_CLOCK.add("rollout", started)
+        if not is_validation:  # validation runs between steps; it is no part of one
+            STEP_CLOCK.add("rollout", started)
         logger.info("rollout: %d prompts x %d in %.2f s", len(payloads), n, STEP_CLOCK.now() - started)
         return results
 

@@ -241,7 +241,12 @@ def check_components(settings: SanaCustomConfig, registry: PluginRegistry) -> li
 def check_trainer(data: dict[str, Any], registry: PluginRegistry) -> list[Issue]:
     """cosmos-rl's policy-worker start-up check, then the selected plugin trainer's own
     ``check_config`` (settings it cannot honour)."""
-    from cosmos_sana.compat.cosmos_rl import check_policy_worker_config, cosmos_config_class, register_all
+    from cosmos_sana.compat.cosmos_rl import (
+        DIFFUSERS_SFT_PREFIX,
+        check_policy_worker_config,
+        cosmos_config_class,
+        register_all,
+    )
 
     key = data.get("train", {}).get("train_policy", {}).get("trainer_type")
     if key is None:
@@ -251,7 +256,7 @@ def check_trainer(data: dict[str, Any], registry: PluginRegistry) -> list[Issue]
         check_policy_worker_config(cosmos_config_class().model_validate(copy.deepcopy(data)))
     except ValueError as exc:
         return [Issue("train", f"cosmos-rl's policy worker would refuse this config: {exc}")]
-    wanted = {key, f"diffusers_{key}"}  # cosmos-rl's SFT path prefixes the key
+    wanted = {key, f"{DIFFUSERS_SFT_PREFIX}{key}"}  # cosmos-rl's SFT path prefixes the key
     for entry in registry.entries("trainer"):
         if (entry.spec.trainer_type or entry.spec.name) in wanted:
             check = getattr(entry.spec.load(), "check_config", None)

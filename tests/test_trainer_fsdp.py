@@ -102,15 +102,12 @@ def use_cpu_mesh() -> None:
 
 
 def fixed_noise_sft() -> None:
-    """σ = 0.5 and noise 0.3 everywhere: the SFT loss no longer depends on the random draws."""
-    from cosmos_sana_plugins.trainers import losses, sft
+    """SFT steps use :func:`test_trainer_sft.fixed_noise_flow_matching` (no random σ or noise)."""
+    from test_trainer_sft import fixed_noise_flow_matching
 
-    def deterministic(model, latents, text):
-        sigma = torch.full((latents.shape[0],), 0.5)
-        noise = torch.full_like(latents, 0.3)
-        return losses.flow_matching_loss(model.velocity(losses.noised(latents, noise, sigma), sigma, text), latents, noise)
+    from cosmos_sana_plugins.trainers import sft
 
-    sft.flow_matching_per_sample = deterministic
+    sft.flow_matching_per_sample = fixed_noise_flow_matching
 
 
 def sft_setup(pipeline: str | Path, out: str | Path, dp: int) -> tuple[Any, list[Any]]:

@@ -19,15 +19,20 @@ def test_summarize_reward_statistics():
     assert summarize("x", []) == {}
 
 
-def test_metrics_and_media_on_disk_without_wandb(tmp_path, monkeypatch):
+def block_import(monkeypatch, module: str) -> None:
+    """``import module`` raises ImportError for the rest of the test."""
     real_import = builtins.__import__
 
-    def no_wandb(name, *args, **kwargs):
-        if name == "wandb":
-            raise ImportError("no wandb here")
+    def blocked(name, *args, **kwargs):
+        if name == module:
+            raise ImportError(f"no {module} here")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    monkeypatch.setattr(builtins, "__import__", blocked)
+
+
+def test_metrics_and_media_on_disk_without_wandb(tmp_path, monkeypatch):
+    block_import(monkeypatch, "wandb")
     log = RunLog(tmp_path, use_wandb=True, progress_bar=True, media_count=2)
     log.log(1, {"train/loss": 0.5, "reward/mean": 0.25, "nan": float("nan"), "note": "text"}, total_steps=3)
     log.log(2, {"train/loss": 0.4}, total_steps=3)
@@ -63,14 +68,7 @@ def test_video_media_fall_back_to_gif_without_pyav(tmp_path, monkeypatch):
     """PyAV is an optional extra (absent on the GPU image): rollout videos become animated GIFs."""
     from PIL import Image
 
-    real_import = builtins.__import__
-
-    def no_av(name, *args, **kwargs):
-        if name == "av":
-            raise ImportError("no PyAV here")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_av)
+    block_import(monkeypatch, "av")
     log = RunLog(tmp_path, progress_bar=False, media_count=1, fps=10)
     video = torch.zeros(2, 3, 3, 8, 8)  # B×T×C×H×W
     video[:, 1] = 1.0  # frame 1 white

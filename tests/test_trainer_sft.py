@@ -49,6 +49,13 @@ def global_batch(trainer, config):
     return [trainer.data_packer.sft_process_sample(dataset[i]) for i in range(len(dataset))]
 
 
+def fixed_noise_flow_matching(model, latents, text):
+    """The SFT loss at σ = 0.5 and noise 0.3 everywhere: independent of random draws and micro-batching."""
+    sigma = torch.full((latents.shape[0],), 0.5)
+    noise = torch.full_like(latents, 0.3)
+    return losses.flow_matching_loss(model.velocity(losses.noised(latents, noise, sigma), sigma, text), latents, noise)
+
+
 @torch.no_grad()
 def fixed_loss(trainer, batch) -> float:
     torch.manual_seed(99)
@@ -79,11 +86,6 @@ def test_micro_batch_gradients_are_averaged_and_mean_loss_logged(tiny_image_pipe
     trainer = build_trainer(config)
     batch = global_batch(trainer, config)
 
-    def deterministic(model, latents, text):  # fixed σ and noise: the loss no longer depends on micro-batching
-        sigma = torch.full((latents.shape[0],), 0.5)
-        noise = torch.full_like(latents, 0.3)
-        return losses.flow_matching_loss(model.velocity(losses.noised(latents, noise, sigma), sigma, text), latents, noise)
-
     grads = {}
 
     def capture(inter_policy_nccl=None):
@@ -91,7 +93,7 @@ def test_micro_batch_gradients_are_averaged_and_mean_loss_logged(tiny_image_pipe
         trainer.optimizers.zero_grad()
         return 0.0
 
-    monkeypatch.setattr(sft, "flow_matching_per_sample", deterministic)
+    monkeypatch.setattr(sft, "flow_matching_per_sample", fixed_noise_flow_matching)
     monkeypatch.setattr(trainer, "optimizer_step", capture)
     reports = {}
     for mini in (4, 1):
@@ -101,7 +103,7 @@ def test_micro_batch_gradients_are_averaged_and_mean_loss_logged(tiny_image_pipe
         torch.testing.assert_close(single, whole, rtol=1e-5, atol=1e-7)
     with torch.no_grad():
         latents, text = flow_matching.encode_items(trainer.model, batch)
-        per_sample = deterministic(trainer.model, latents, text)
+        per_sample = fixed_noise_flow_matching(trainer.model, latents, text)
     assert reports[1]["train/loss_avg"] == pytest.approx(per_sample.mean().item(), rel=1e-5)
     assert reports[1]["train/loss_max"] == pytest.approx(per_sample.max().item(), rel=1e-5)
 

@@ -8,6 +8,8 @@
 #   video  toml/sana-video-nft.toml on SANA-Video-2B shapes, 256², 9 frames (bare cosmos-rl --config)
 #   grpo   toml/sana-image-grpo.toml, SANA-600M shapes, 256 px
 #   ddrl   toml/sana-image-ddrl.toml, SANA-600M shapes, 256 px, real data = the generated dataset
+#   fast   toml/sana-image-nft.toml, SANA-600M shapes, 256 px, with the opt-in speed features
+#          (compiled blocks, bf16 linear attention) that recipes leave commented out
 # Env: STEPS (6), TIMEOUT per job (420), DEADLINE (epoch seconds every job ends by), WORK (/tmp/suite);
 #      models are built once under $WORK (a ready model-<preset> folder is reused).
 set -uo pipefail
@@ -83,6 +85,14 @@ rl_image() {  # $1 = grpo|ddrl, $2 = port offset, rest = overrides
 }
 job_grpo() { rl_image grpo 30; }
 job_ddrl() { rl_image ddrl 40 "custom.real_data.args.path=\"$(dataset)/train\""; }
+job_fast() {  # bare() names outputs after the job, so the NFT recipe runs here as job "fast"
+  bare fast toml/sana-image-nft.toml "$(model sana-600m)" 50 \
+    "policy.diffusers.inference_size=[256, 256]" "rollout.n_generation=8" "rollout.n_generation_mini_batch=8" \
+    "rollout.batch_size=2" "train.train_batch_per_replica=16" "train.train_policy.mini_batch=4" \
+    "train.ckpt.save_freq=$steps" "custom.data.args.path=\"builtin:demo\"" \
+    'custom.rewards=[{name="jpeg_compressibility"}]' "custom.rollout.speed.compile_blocks=true" \
+    'custom.rollout.speed.linear_attention="bf16"'
+}
 
 summarise() {  # reward/loss/step time of every metrics.jsonl under $work
   find "$work" -name metrics.jsonl -path "*out-*" | while read -r f; do
@@ -111,7 +121,7 @@ for job in "$@"; do
   case $job in
     sft) model sana-1600m >/dev/null; dataset >/dev/null ;;
     video) model sana-video-2b >/dev/null ;;
-    grpo) model sana-600m >/dev/null ;;
+    grpo|fast) model sana-600m >/dev/null ;;
     ddrl) model sana-600m >/dev/null; dataset >/dev/null ;;
     *) echo "unknown job $job" >&2; exit 2 ;;
   esac

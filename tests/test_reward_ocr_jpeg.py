@@ -12,6 +12,7 @@ from PIL import Image
 from cosmos_sana.config import RewardRef
 from cosmos_sana.plugin_manager import installed_plugins
 from cosmos_sana.rewards.scorers import ScorerSet
+from cosmos_sana_plugins.rewards import ocr
 from cosmos_sana_plugins.rewards.ocr import levenshtein, ocr_reward, target_text
 
 PROMPT = 'a shop sign that says "Hello World"'
@@ -55,6 +56,15 @@ def test_video_ocr_averages_sampled_frames_that_score_above_zero(render_text):
 def test_ocr_without_quotes_names_the_sample(render_text):
     with pytest.raises(ValueError, match="sample 1: .*double quotes"):
         build("ocr").score(torch.stack([render_text("a")] * 2), [PROMPT, "no quotes here"])
+
+
+def test_tesseract_runs_one_process_a_core_up_to_eight(monkeypatch):
+    for cores, expected in ((1, 1), (6, 6), (32, 8)):
+        monkeypatch.setattr(ocr.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert ocr.TesseractBackend().threads == expected
+    assert ocr.TesseractBackend(threads=3).threads == 3
+    with pytest.raises(ValueError, match="threads must be at least 1, got 0"):
+        build("ocr", backend_args={"threads": 0})
 
 
 def test_recognition_backend_is_pluggable(tmp_path, monkeypatch):

@@ -3,8 +3,9 @@
 # GPU, inside a time budget; everything lands in one tarball ($OUT/e2e.tgz, the device tool returns at
 # most 8 files) and a summary on stdout.
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && BUDGET=570 bash scripts/device/e2e_all.sh
-# Env: BUDGET seconds from now (570), NFT_STEPS (20), NFT_PHASES ("1 2 export": killed at NFT_KILL_AT
-#      seconds (half the budget) and resumed), NFT_REWARDS (TOML array; default JPEG + OCR),
+# Env: BUDGET seconds from now (570), NFT_STEPS (20), NFT_PHASES ("1 2 export": interrupted after the
+#      checkpoint of step NFT_KILL_AFTER (5), at NFT_KILL_AT seconds (half the budget) at the latest,
+#      and resumed), NFT_REWARDS (TOML array; default JPEG + OCR),
 #      NFT_PROMPTS (builtin:ocr), SUITE ("sft video grpo ddrl"; empty = none), SUITE_STEPS (6),
 #      NFT_GPU / SUITE_GPU (a CUDA_VISIBLE_DEVICES value each, e.g. 0 and 1 on a 2-GPU machine; unset =
 #      every GPU, so both share one).
@@ -30,7 +31,7 @@ nft() {
   now=$(( $(date +%s) - t0 ))
   PHASES=$phases STEPS=${NFT_STEPS:-20} SAVE_FREQ=${NFT_SAVE_FREQ:-5} PROMPTS=${NFT_PROMPTS:-builtin:ocr} \
     REWARDS=${NFT_REWARDS:-'[{name="jpeg_compressibility"},{name="ocr"}]'} \
-    PHASE1_TIMEOUT=$(( kill_at - now )) PHASE2_TIMEOUT=$(( budget - export_s - kill_at - 5 )) \
+    KILL_AFTER=${NFT_KILL_AFTER:-5} PHASE1_TIMEOUT=$(( kill_at - now )) PHASE2_DEADLINE=$(( t0 + budget - export_s )) \
     OUT=$logs/nft on_gpu "${NFT_GPU:-}" bash scripts/device/e2e_nft.sh >"$logs/nft.txt" 2>&1
 }
 nft &

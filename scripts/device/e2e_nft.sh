@@ -2,12 +2,13 @@
 # Device: the headline end-to-end NFT run (issue "prove it on the H200", 2a).
 #   bash scripts/device/e2e_nft.sh            (after scripts/device/setup.sh and . /tmp/site/env.sh)
 # A random-initialised SANA-1600M-shaped pipeline at 512 px, JPEG compressibility, launched with the
-# RL launcher (the bare `cosmos-rl --config` underneath); phase 1 is killed after its checkpoint at
-# KILL_AFTER steps, phase 2 resumes to STEPS; then LoRA and merged (diffusers folder) exports, each loaded back by stock
-# diffusers (--verify). Summaries and logs go to $OUT.
-# Env: STEPS (20), SAVE_FREQ (10), REWARDS (TOML array, default [{name="jpeg_compressibility"}]),
+# RL launcher (the bare `cosmos-rl --config` underneath); phase 1 is interrupted (SIGINT) once step
+# KILL_AFTER + 1 is logged, i.e. after the checkpoint of step KILL_AFTER (default SAVE_FREQ), phase 2
+# resumes to STEPS; then LoRA and merged (diffusers folder) exports, each loaded back by stock diffusers
+# (--verify). Summaries and logs go to $OUT.
+# Env: STEPS (20), SAVE_FREQ (10), KILL_AFTER, REWARDS (TOML array, default [{name="jpeg_compressibility"}]),
 #      PROMPTS (builtin:demo), WORK (/tmp/e2e), EXTRA (more key=value overrides, space-separated),
-#      PHASE1_TIMEOUT / PHASE2_TIMEOUT seconds, PHASES (default "1 2 export"; separate device calls
+#      PHASE1_TIMEOUT / PHASE2_TIMEOUT seconds (or PHASE2_DEADLINE, epoch seconds), PHASES (default "1 2 export"; separate device calls
 #      on a still-warm machine may run "1" then "2 export").
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
@@ -25,23 +26,39 @@ overrides=(
 )
 read -ra extra <<<"${EXTRA:-}"
 overrides+=("${extra[@]}")
-launch() {  # $1 = phase name, $2 = timeout, rest = extra overrides
-  local name=$1 limit=$2; shift 2
-  local t status=0
+logged_step() {  # the highest step in a metrics.jsonl written since epoch second $1 (0 when none)
+  find "$work/out" -name metrics.jsonl -newermt "@$1" -print0 2>/dev/null | xargs -0r cat |
+    sed -n 's/.*"step": *\([0-9]*\).*/\1/p' | sort -n | tail -n 1 | grep . || echo 0
+}
+launch() {  # $1 = phase name, $2 = timeout, $3 = interrupt once this step is logged (0 = never), rest = overrides
+  local name=$1 limit=$2 stop_at=$3; shift 3
+  local t pid status=0
   t=$(date +%s)
   NPROC_PER_NODE=1 DATASET_PATH=${PROMPTS:-builtin:demo} BASE_CHECKPOINT_PATH=$work/model OUTPUT_ROOT=$work/out \
-    MASTER_PORT=${port:-8000} timeout -k 60 -s INT "$limit" bash launchers/launch_rl_sana-image-nft.sh -- "${overrides[@]}" "$@" >"$out/$name.log" 2>&1 || status=$?
+    MASTER_PORT=${port:-8000} timeout -k 60 -s INT "$limit" bash launchers/launch_rl_sana-image-nft.sh -- "${overrides[@]}" "$@" >"$out/$name.log" 2>&1 &
+  pid=$!
+  while (( stop_at > 0 )) && kill -0 "$pid" 2>/dev/null; do
+    if (( $(logged_step "$t") >= stop_at )); then
+      echo "$name: step $stop_at logged at $(( $(date +%s) - t )) s, interrupting"; kill -INT "$pid"; break
+    fi
+    sleep 2
+  done
+  wait "$pid" || status=$?
   echo "$name: exit $status after $(( $(date +%s) - t )) s"
   mkdir -p "$out/logs-$name"  # worker and controller logs (cosmos-rl writes them per launch)
   find "$work/out" -newermt "@$t" \( -name "*.log" -o -name metrics.jsonl \) -exec cp {} "$out/logs-$name/" \; 2>/dev/null
 }
 phases=" ${PHASES:-1 2 export} "
 if [[ $phases == *" 1 "* ]]; then
-  launch phase1 "${PHASE1_TIMEOUT:-330}"
+  launch phase1 "${PHASE1_TIMEOUT:-330}" $(( ${KILL_AFTER:-$save} + 1 ))
   find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort | tee "$out/checkpoints_after_phase1.txt"
 fi
 # a new controller port: the first one may still be closing
-[[ $phases == *" 2 "* ]] && port=8001 launch phase2 "${PHASE2_TIMEOUT:-240}" "train.resume=true"
+if [[ $phases == *" 2 "* ]]; then
+  limit=${PHASE2_TIMEOUT:-240}
+  [[ -n ${PHASE2_DEADLINE:-} ]] && limit=$(( PHASE2_DEADLINE - $(date +%s) ))
+  port=8001 launch phase2 "$limit" 0 "train.resume=true"
+fi
 [[ $phases == *" export "* ]] || exit 0
 ckpt=$(find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort -t_ -k2 | tail -1)
 echo "latest checkpoint: $ckpt"

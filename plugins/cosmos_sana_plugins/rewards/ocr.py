@@ -12,6 +12,7 @@ Debian ``tesseract-ocr`` engine) or ``"package.module:factory"``, where
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -63,10 +64,15 @@ def ocr_reward(recognised: str, target: str) -> float:
     return 1.0 - distance / len(target)
 
 
+def default_threads() -> int:
+    """Tesseract processes run at once: one a CPU core, at most 8 (16 images at 512² take ~0.35 s each)."""
+    return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
 class TesseractBackend:
     """Tesseract through pytesseract, ``threads`` images at a time (one process each)."""
 
-    def __init__(self, lang: str = "eng", config: str = "", threads: int = 2) -> None:
+    def __init__(self, lang: str = "eng", config: str = "", threads: int | None = None) -> None:
         import pytesseract
 
         try:
@@ -76,7 +82,9 @@ class TesseractBackend:
                 "reward 'ocr': the tesseract binary is missing; install it (Debian: apt-get install tesseract-ocr "
                 "tesseract-ocr-eng) or choose another args.backend"
             ) from exc
-        self.lang, self.config, self.threads = lang, config, threads
+        if threads is not None and threads < 1:
+            raise ValueError(f"reward 'ocr': backend_args.threads must be at least 1, got {threads}")
+        self.lang, self.config, self.threads = lang, config, threads or default_threads()
         self._pytesseract = pytesseract
 
     def _one(self, image: Any) -> str:

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Device: the bench rows bench/run_all.sh leaves out for time — rollout at 512² (B=8, B=1) and 1024² B=1,
+# export of a 1600M checkpoint, reward scorer throughput at 512² — each under its own limit, JSON + logs
+# into $OUT, the table at the end. Fits beside another job on a second GPU (CUDA_VISIBLE_DEVICES).
+#   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && OUT=/tmp/bench bash scripts/device/bench_rows.sh
+set -uo pipefail
+cd -- "$(dirname -- "$0")/../.." || exit 2
+out=${OUT:-/tmp/bench}; work=${WORK:-/tmp/bench-work}; mkdir -p "$out" "$work"
+export TORCHINDUCTOR_CACHE_DIR=$work/inductor-cache HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+pipe=$work/sana-1600m
+[[ -f $pipe/model_index.json ]] ||
+  cosmos-sana make-tiny --out "$pipe" --preset sana-1600m --device cuda --dtype bfloat16 >"$out/make_tiny.log" 2>&1
+run() {  # NAME SECONDS ARGS...
+  local name=$1 limit=$2 t=$SECONDS rc=0; shift 2
+  timeout "$limit" python "$@" >"$out/$name.log" 2>&1 || rc=$?
+  echo "$name: rc=$rc in $((SECONDS - t)) s"
+}
+rollout=(bench/bench_rollout.py --preset sana-1600m --pipeline "$pipe" --device cuda --dtype bfloat16 --steps 20
+         --repeats 2 --variants eager compiled compiled_graphs)
+run rollout-512 "${LIMIT_512:-190}" "${rollout[@]}" --sizes 512 --batches 8 1 --json-out "$out/rollout-512.json"
+run rollout-1024-b1 "${LIMIT_1024:-110}" "${rollout[@]}" --sizes 1024 --batches 1 --json-out "$out/rollout-1024-b1.json"
+run export "${LIMIT_EXPORT:-100}" bench/bench_export.py --preset sana-1600m --pipeline "$pipe" --work "$work" \
+  --cases ours/diffusers baseline/save_pretrained ours/lora --json-out "$out/export.json"
+run rewards "${LIMIT_REWARDS:-60}" bench/bench_rewards.py --device cuda --batch 16 --size 512 --repeats 2 \
+  --reward jpeg_compressibility --reward ocr
+python bench/report.py "$out"

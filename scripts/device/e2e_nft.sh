@@ -50,7 +50,9 @@ launch() {  # $1 = phase name, $2 = timeout, $3 = interrupt once this step is lo
 }
 phases=" ${PHASES:-1 2 export} "
 if [[ $phases == *" 1 "* ]]; then
-  launch phase1 "${PHASE1_TIMEOUT:-330}" $(( ${KILL_AFTER:-$save} + 1 ))
+  stop_at=0  # interrupted only when phase 2 is to resume it
+  [[ $phases == *" 2 "* ]] && stop_at=$(( ${KILL_AFTER:-$save} + 1 ))
+  launch phase1 "${PHASE1_TIMEOUT:-330}" "$stop_at"
   find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort | tee "$out/checkpoints_after_phase1.txt"
 fi
 # a new controller port: the first one may still be closing

@@ -105,7 +105,7 @@ def main() -> None:
     names = options.reward or DEFAULT_REWARDS
     results: dict[str, Any] = {"device": options.device, "throughput": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        tiny = tiny_reward_args(Path(tmp)) if any(n in (set(DEFAULT_REWARDS) - set(given)) for n in names) else {}
+        tiny = tiny_reward_args(Path(tmp), [n for n in names if n not in given])
         for name in names:
             args = given.get(name, tiny.get(name, {}))
             row = throughput(name, args, installed_plugins(), options.device, options.batch, options.size,

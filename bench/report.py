@@ -1,4 +1,5 @@
-"""A short table of the bench JSON files in a folder (``run_all.sh`` prints it at the end).
+"""A short table of the bench JSON files in a folder (``run_all.sh`` prints it at the end; also
+``python bench/report.py bench/results``).
 
     python bench/report.py OUT_DIR
 
@@ -86,16 +87,21 @@ def export_rows(data: dict[str, Any]) -> list[list[str]]:
 
 
 def main(folder: str) -> None:
-    table = [["metric", "ours", "baseline", "ratio", "target"]]
-    for name, rows_of in (("rollout", rollout_rows), ("nft_step", nft_rows), ("export", export_rows)):
-        path = Path(folder) / f"{name}.json"
-        if not path.is_file():
-            table.append([f"{name}: no result", "", "", "", ""])
-            continue
+    """Every ``*.json`` in ``folder`` whose ``bench`` is rollout, nft_step or export, in file-name order."""
+    row_builders = {"rollout": rollout_rows, "nft_step": nft_rows, "export": export_rows}
+    found: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in row_builders}
+    for path in sorted(Path(folder).glob("*.json")):
         data = json.loads(path.read_text())
-        if data.get("partial"):
-            table.append([f"{name}: PARTIAL (run stopped early)", "", "", "", ""])
-        table.extend(rows_of(data))
+        if isinstance(data, dict) and data.get("bench") in row_builders:
+            found[data["bench"]].append((path.name, data))
+    table = [["metric", "ours", "baseline", "ratio", "target"]]
+    for name, rows_of in row_builders.items():
+        if not found[name]:
+            table.append([f"{name}: no result", "", "", "", ""])
+        for file_name, data in found[name]:
+            if data.get("partial"):
+                table.append([f"{file_name}: PARTIAL (run stopped early)", "", "", "", ""])
+            table.extend(rows_of(data))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

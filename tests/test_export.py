@@ -119,6 +119,28 @@ def test_full_export_loads_in_stock_diffusers_and_matches(converted: Path, tiny_
     assert {"torch", "diffusers", "peft"} <= set(manifest["versions"]) and len(manifest["config_sha256"]) == 64
     assert "tokenizer/tokenizer.json" in manifest["files"]
     assert (out / "COMPLETE").is_file()
+    for path in tiny_image_pipeline_dir.rglob("*"):  # every other component: the base's bytes
+        relative = path.relative_to(tiny_image_pipeline_dir)
+        if path.is_file() and relative.parts[0] != "transformer":
+            assert (out / relative).read_bytes() == path.read_bytes(), relative
+
+
+def test_full_export_keeps_the_base_text_encoder_dtype(converted: Path, tiny_image_pipeline_dir: Path, tmp_path: Path) -> None:
+    """A bf16 text encoder beside an fp32 transformer stays bf16 (loading the pipeline would upcast it)."""
+    import shutil
+
+    from transformers import AutoModel
+
+    from cosmos_sana.checkpoint.pipeline_folder import stored_dtype
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_image_pipeline_dir, base)
+    shutil.rmtree(base / "text_encoder")
+    AutoModel.from_pretrained(tiny_image_pipeline_dir / "text_encoder").to(torch.bfloat16).save_pretrained(base / "text_encoder")
+    out = tmp_path / "export"
+    assert main(["export", str(converted), "--out", str(out), "--base", str(base)]) == 0
+    assert stored_dtype(out / "text_encoder") == torch.bfloat16
+    assert stored_dtype(out / "transformer") == stored_dtype(tiny_image_pipeline_dir / "transformer") == torch.float32
 
 
 def test_export_refuses_to_delete_foreign_folder(converted: Path, tmp_path: Path) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
+
+from cosmos_sana.checkpoint.pipeline_folder import TRANSFORMER
 
 PEFT_FOLDER = "peft_adapter"
 LORA_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
@@ -14,14 +17,19 @@ PEFT_MODEL_PREFIX = "base_model.model."
 
 
 def write_pipeline(transformer: torch.nn.Module, base: Path, out: Path, *, max_shard_size: str | int) -> None:
-    """A full diffusers pipeline folder: ``transformer`` plus every other component of ``base``.
-
-    Sharded safetensors (``max_shard_size`` each) with an index json, as ``save_pretrained`` writes them.
-    """
-    from diffusers import DiffusionPipeline
-
-    pipe = DiffusionPipeline.from_pretrained(str(base), transformer=transformer)
-    pipe.save_pretrained(str(out), safe_serialization=True, max_shard_size=max_shard_size)
+    """A full diffusers pipeline folder: ``transformer`` saved by diffusers (sharded safetensors of
+    ``max_shard_size`` each, with an index json) and every other entry of ``base`` copied byte for byte,
+    so the VAE, text encoder, tokenizer and scheduler keep their files and stored dtypes. Hidden
+    top-level entries (``.cache``, ``.git``) are left out."""
+    out.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(base.iterdir()):
+        if entry.name == TRANSFORMER or entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, out / entry.name)
+        else:
+            shutil.copy2(entry, out / entry.name)
+    transformer.save_pretrained(str(out / TRANSFORMER), safe_serialization=True, max_shard_size=max_shard_size)
 
 
 def write_lora(transformer: torch.nn.Module, adapter: str, out: Path) -> None:

@@ -7,6 +7,7 @@ open_clip) at toy widths, loadable through the scorers' normal ``args``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -149,16 +150,22 @@ def tiny_image_reward(folder: Path, seed: int = 2) -> dict[str, Any]:
             "tokenizer": folder / "tokenizer", "state": state, "vision": dict(BLIP_TINY)}
 
 
-def tiny_reward_args(folder: Path) -> dict[str, dict[str, Any]]:
-    """``[[custom.rewards]] args`` pointing every model-based scorer at tiny weights under ``folder``."""
-    clip = str(tiny_clip(folder / "clip"))
-    arch, hps_checkpoint = tiny_hps(folder / "hps")
-    image_reward = tiny_image_reward(folder / "image_reward")
-    return {
-        "pickscore": {"model": clip, "processor": clip},
-        "clipscore": {"model": clip},
-        "aesthetic": {"model": clip, "head": str(tiny_aesthetic_head(folder / "aesthetic.pth"))},
-        "hpsv2.1": {"arch": arch, "checkpoint": str(hps_checkpoint)},
-        "imagereward": {k: str(image_reward[k]) for k in ("checkpoint", "med_config", "tokenizer")}
-        | {"vision": image_reward["vision"]},
-    }
+def tiny_reward_args(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``[[custom.rewards]] args`` pointing each named model-based scorer at tiny weights under ``folder``
+    (only what those scorers need is built; other names are left out)."""
+    wanted = set(names)
+    args: dict[str, dict[str, Any]] = {}
+    if wanted & {"pickscore", "clipscore", "aesthetic"}:
+        clip = str(tiny_clip(folder / "clip"))
+        args |= {"pickscore": {"model": clip, "processor": clip}, "clipscore": {"model": clip}}
+        if "aesthetic" in wanted:
+            args["aesthetic"] = {"model": clip, "head": str(tiny_aesthetic_head(folder / "aesthetic.pth"))}
+    if "hpsv2.1" in wanted:
+        arch, hps_checkpoint = tiny_hps(folder / "hps")
+        args["hpsv2.1"] = {"arch": arch, "checkpoint": str(hps_checkpoint)}
+    if "imagereward" in wanted:
+        image_reward = tiny_image_reward(folder / "image_reward")
+        args["imagereward"] = {k: str(image_reward[k]) for k in ("checkpoint", "med_config", "tokenizer")} | {
+            "vision": image_reward["vision"]
+        }
+    return {name: value for name, value in args.items() if name in wanted}

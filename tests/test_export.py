@@ -288,6 +288,32 @@ def test_video_convert_export_verify(tiny_video_pipeline_dir: Path, tmp_path: Pa
     assert json.loads((out / "export_manifest.json").read_text())["verified"]["shape"] == [1, 5, 3, 64, 64]
 
 
+def test_restore_skips_random_init_but_keeps_computed_buffers(
+    tiny_image_pipeline_dir: Path, tiny_video_pipeline_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from diffusers import SanaTransformer2DModel, SanaVideoTransformer3DModel
+
+    from cosmos_sana.export.restore import _uninitialised
+
+    video_config = SanaVideoTransformer3DModel.load_config(tiny_video_pipeline_dir / "transformer")
+    video = _uninitialised(SanaVideoTransformer3DModel, video_config, torch.bfloat16)
+    reference = SanaVideoTransformer3DModel.from_config(video_config).to(torch.bfloat16)
+    assert dict(video.named_buffers()).keys() == {"rope.freqs_cos", "rope.freqs_sin"}  # not stored in checkpoints
+    assert all(torch.equal(b, dict(reference.named_buffers())[k]) for k, b in video.named_buffers())
+
+    def only_on_meta(init):
+        def wrapped(tensor, *args, **kwargs):
+            assert tensor.is_meta, f"random initialisation of real {tuple(tensor.shape)} weights ran"
+            return init(tensor, *args, **kwargs)
+        return wrapped
+
+    for name in ("normal_", "uniform_", "xavier_uniform_", "kaiming_uniform_", "trunc_normal_", "zeros_", "constant_"):
+        monkeypatch.setattr(torch.nn.init, name, only_on_meta(getattr(torch.nn.init, name)))
+    image_config = SanaTransformer2DModel.load_config(tiny_image_pipeline_dir / "transformer")
+    image = _uninitialised(SanaTransformer2DModel, image_config, torch.bfloat16)
+    assert {(p.device.type, p.dtype) for p in image.parameters()} == {("cpu", torch.bfloat16)}
+
+
 def test_native_source_needs_base(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     src = tmp_path / "model.pth"
     src.write_bytes(b"")

@@ -89,6 +89,17 @@ def _stored_dtype(folder: Path) -> torch.dtype:
     raise CheckpointError(f"{folder}: holds no floating-point tensors")
 
 
+def _uninitialised(cls: type, config: dict[str, Any], dtype: torch.dtype) -> torch.nn.Module:
+    """``cls.from_config(config)`` on CPU in ``dtype`` without its random initialisation (for 1.6B
+    parameters that costs more than the rest of an export), for weights loaded next. A class with
+    non-persistent buffers (computed at construction, never stored) is built the ordinary way."""
+    with torch.device("meta"):
+        model = cls.from_config(config)
+    if any(module._non_persistent_buffers_set for module in model.modules()):
+        return cls.from_config(config).to(dtype)
+    return model.to(dtype).to_empty(device="cpu")
+
+
 def restore_transformer(source: ExportSource, *, ema: bool = False, dtype: torch.dtype | None = None) -> torch.nn.Module:
     """The checkpoint's transformer on CPU; LoRA checkpoints get their adapters on the base weights.
 
@@ -102,13 +113,10 @@ def restore_transformer(source: ExportSource, *, ema: bool = False, dtype: torch
             transformer.add_adapter(LoraConfig.from_peft_type(**config), adapter_name=name)
         load_checkpoint(source.path, {MODEL_PART: ModelState(transformer, lora_only=True)})
     else:
-        cls = transformer_class(source.base_pipeline)
         config = json.loads((source.path / MODEL_CONFIG_FILE).read_text(encoding="utf-8"))
-        transformer = cls.from_config(config)
-        wanted = dtype or _stored_dtype(source.path / MODEL_PART)
-        if wanted != transformer.dtype:
-            transformer.to(wanted)
-        load_checkpoint(source.path, {MODEL_PART: ModelState(transformer)})
+        transformer = _uninitialised(transformer_class(source.base_pipeline), config,
+                                     dtype or _stored_dtype(source.path / MODEL_PART))
+        load_checkpoint(source.path, {MODEL_PART: ModelState(transformer)})  # every weight, or an error
     if ema:
         swap_in_ema(transformer, source)
     return transformer.eval()

@@ -11,17 +11,19 @@ Cases, each in a fresh child process (so its peak RSS is its own):
   (sharded safetensors, manifest, completion marker);
 * ``ours/lora`` and ``ours/merged`` — from a LoRA checkpoint (r ``--lora-rank`` on the attention
   projections, adapters ``default`` + ``old``): LoRA file only / LoRA folded into a full pipeline;
-* ``baseline/save_pretrained`` — ``DiffusionPipeline.from_pretrained`` + ``save_pretrained`` of the
-  same pipeline (5 GB shards): what writing an already-diffusers model costs.
+* ``baseline/save_pretrained`` — ``DiffusionPipeline.from_pretrained(torch_dtype=--dtype)`` +
+  ``save_pretrained`` of the same pipeline (5 GB shards): what writing an already-diffusers model costs.
 
-Per case: wall seconds, peak RSS (``VmHWM``) and RSS before the case's work (after imports),
-and the tracemalloc peak of Python-level allocations. Prints one JSON object.
+Per case: wall seconds up to the output being on disk (``os.sync`` before and after), peak RSS
+(``VmHWM``) and RSS before the case's work (after imports), and the tracemalloc peak of Python-level
+allocations. Prints one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -70,7 +72,7 @@ def _lora_checkpoint(pipeline: Path, out: Path, rank: int) -> None:
     save_checkpoint(out, 1, parts, config={"policy": {"lora": {"r": rank}}})
 
 
-def run_case(case: str, work: Path, pipeline: Path) -> None:
+def run_case(case: str, work: Path, pipeline: Path, dtype: torch.dtype) -> None:
     """Child process: do ``case``'s work, print its measurements as one JSON line."""
     from cosmos_sana.checkpoint.convert import convert_to_dcp
     from cosmos_sana.checkpoint.layout import checkpoint_dir
@@ -81,6 +83,7 @@ def run_case(case: str, work: Path, pipeline: Path) -> None:
     out = work / case.replace("/", "_")
     shutil.rmtree(out, ignore_errors=True)
     before = _status_gib("VmRSS")
+    os.sync()  # earlier cases' dirty pages must not be written back on this case's clock
     tracemalloc.start()
     began = time.perf_counter()
     if case == "convert_to_dcp":
@@ -91,10 +94,12 @@ def run_case(case: str, work: Path, pipeline: Path) -> None:
     elif case in ("ours/lora", "ours/merged"):
         export_checkpoint(checkpoint_dir(work / "lora_run", 1), out, fmt=case.split("/")[1], max_shard_size=SHARD)
     elif case == "baseline/save_pretrained":
-        DiffusionPipeline.from_pretrained(str(pipeline)).save_pretrained(str(out), safe_serialization=True,
-                                                                         max_shard_size=SHARD)
+        # in the pipeline's dtype, so both write the same bytes (without it, diffusers upcasts to fp32)
+        DiffusionPipeline.from_pretrained(str(pipeline), torch_dtype=dtype).save_pretrained(
+            str(out), safe_serialization=True, max_shard_size=SHARD)
     else:
         raise ValueError(f"unknown case {case!r}")
+    os.sync()  # the output on disk, not just in the page cache
     seconds = time.perf_counter() - began
     _, traced_peak = tracemalloc.get_traced_memory()
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -102,9 +107,9 @@ def run_case(case: str, work: Path, pipeline: Path) -> None:
                       "rss_before_gib": before, "tracemalloc_peak_gib": traced_peak / GIB, "output_gib": size / GIB}))
 
 
-def child(case: str, work: Path, pipeline: Path, timeout: float) -> dict[str, Any]:
+def child(case: str, work: Path, pipeline: Path, dtype: str, timeout: float) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, __file__, "--child", case, "--work", str(work), "--pipeline", str(pipeline)],
+        [sys.executable, __file__, "--child", case, "--work", str(work), "--pipeline", str(pipeline), "--dtype", dtype],
         capture_output=True, text=True, timeout=timeout,
     )
     if done.returncode:
@@ -128,7 +133,7 @@ def main() -> None:
     parser.add_argument("--json-out")
     args = parser.parse_args()
     if args.child:
-        run_case(args.child, Path(args.work), Path(args.pipeline))
+        run_case(args.child, Path(args.work), Path(args.pipeline), DTYPES[args.dtype])
         return
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         work = Path(scratch)
@@ -137,10 +142,10 @@ def main() -> None:
         rows = []
         for case in args.cases:
             if case == "ours/diffusers" and not (work / "dcp").exists():
-                child("convert_to_dcp", work, pipeline, args.timeout)
+                child("convert_to_dcp", work, pipeline, args.dtype, args.timeout)
             if case in ("ours/lora", "ours/merged") and not (work / "lora_run").exists():
                 _lora_checkpoint(pipeline, work / "lora_run", args.lora_rank)
-            rows.append(child(case, work, pipeline, args.timeout))
+            rows.append(child(case, work, pipeline, args.dtype, args.timeout))
             write_json({"bench": "export", "partial": True, "results": rows}, args.json_out, quiet=True)
             if case != "convert_to_dcp":
                 shutil.rmtree(work / case.replace("/", "_"), ignore_errors=True)
@@ -150,7 +155,7 @@ def main() -> None:
         "bench": "export",
         "env": environment(torch.device("cpu")),
         "config": {k: v for k, v in vars(args).items() if k not in ("json_out", "child")},
-        "baseline": "diffusers DiffusionPipeline.from_pretrained + save_pretrained of the same pipeline",
+        "baseline": "diffusers DiffusionPipeline.from_pretrained(torch_dtype=--dtype) + save_pretrained of the same pipeline",
         "results": rows,
         "summary": {
             "speedup_vs_save_pretrained": ratio(base["seconds"], ours["seconds"]) if base and ours else None,

@@ -87,21 +87,26 @@ def export_rows(data: dict[str, Any]) -> list[list[str]]:
 
 
 def main(folder: str) -> None:
-    """Every ``*.json`` in ``folder`` whose ``bench`` is rollout, nft_step or export, in file-name order."""
+    """Every ``*.json`` in ``folder`` whose ``bench`` is rollout, nft_step or export, in file-name order;
+    each row names its file (results from different machines sit side by side)."""
     row_builders = {"rollout": rollout_rows, "nft_step": nft_rows, "export": export_rows}
     found: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in row_builders}
+    table = [["metric", "ours", "baseline", "ratio", "target", "file"]]
     for path in sorted(Path(folder).glob("*.json")):
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            table.append([f"unreadable JSON ({exc.msg}, line {exc.lineno})", "", "", "", "", path.name])
+            continue
         if isinstance(data, dict) and data.get("bench") in row_builders:
             found[data["bench"]].append((path.name, data))
-    table = [["metric", "ours", "baseline", "ratio", "target"]]
     for name, rows_of in row_builders.items():
         if not found[name]:
-            table.append([f"{name}: no result", "", "", "", ""])
+            table.append([f"{name}: no result", "", "", "", "", ""])
         for file_name, data in found[name]:
             if data.get("partial"):
-                table.append([f"{file_name}: PARTIAL (run stopped early)", "", "", "", ""])
-            table.extend(rows_of(data))
+                table.append([f"{name}: PARTIAL (run stopped early)", "", "", "", "", file_name])
+            table.extend(row + [file_name] for row in rows_of(data))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

@@ -119,28 +119,66 @@ def test_full_export_loads_in_stock_diffusers_and_matches(converted: Path, tiny_
     assert {"torch", "diffusers", "peft"} <= set(manifest["versions"]) and len(manifest["config_sha256"]) == 64
     assert "tokenizer/tokenizer.json" in manifest["files"]
     assert (out / "COMPLETE").is_file()
+    components = {"scheduler", "text_encoder", "tokenizer", "vae"}
+    assert {p.name for p in out.iterdir()} == components | {"transformer", "model_index.json", "export_manifest.json", "COMPLETE"}
     for path in tiny_image_pipeline_dir.rglob("*"):  # every other component: the base's bytes
         relative = path.relative_to(tiny_image_pipeline_dir)
-        if path.is_file() and relative.parts[0] != "transformer":
+        if path.is_file() and (relative.parts[0] in components or relative.name == "model_index.json"):
             assert (out / relative).read_bytes() == path.read_bytes(), relative
 
 
-def test_full_export_keeps_the_base_text_encoder_dtype(converted: Path, tiny_image_pipeline_dir: Path, tmp_path: Path) -> None:
-    """A bf16 text encoder beside an fp32 transformer stays bf16 (loading the pipeline would upcast it)."""
+def test_full_export_copies_only_the_components_model_index_names(
+    converted: Path, tiny_image_pipeline_dir: Path, tmp_path: Path
+) -> None:
+    """The base may be an earlier export with more exports inside it, and a component may carry a pickle
+    copy of its weights: only the components' safetensors-era files travel, never markers or manifests."""
     import shutil
-
-    from transformers import AutoModel
-
-    from cosmos_sana.checkpoint.pipeline_folder import stored_dtype
 
     base = tmp_path / "base"
     shutil.copytree(tiny_image_pipeline_dir, base)
-    shutil.rmtree(base / "text_encoder")
-    AutoModel.from_pretrained(tiny_image_pipeline_dir / "text_encoder").to(torch.bfloat16).save_pretrained(base / "text_encoder")
-    out = tmp_path / "export"
+    assert main(["export", str(converted), "--out", str(base / "exports" / "first"), "--base", str(base)]) == 0
+    (base / "export_manifest.json").write_text("{}")
+    (base / "COMPLETE").write_text("{}")
+    (base / "text_encoder" / "pytorch_model.bin").write_bytes(b"pickle")
+    out = base / "exports" / "second"  # inside the base, beside an earlier export
     assert main(["export", str(converted), "--out", str(out), "--base", str(base)]) == 0
-    assert stored_dtype(out / "text_encoder") == torch.bfloat16
-    assert stored_dtype(out / "transformer") == stored_dtype(tiny_image_pipeline_dir / "transformer") == torch.float32
+    assert not (out / "exports").exists() and not (out / "text_encoder" / "pytorch_model.bin").exists()
+    manifest = json.loads((out / "export_manifest.json").read_text())
+    assert "COMPLETE" not in manifest["files"] and "export_manifest.json" not in manifest["files"]
+    assert (out / "text_encoder" / "config.json").read_bytes() == (base / "text_encoder" / "config.json").read_bytes()
+
+
+def test_full_export_refuses_a_missing_component(converted: Path, tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_image_pipeline_dir, base)
+    shutil.rmtree(base / "vae")
+    assert main(["export", str(converted), "--out", str(tmp_path / "out"), "--base", str(base)]) != 0
+    assert "vae: component folder named in" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_a_checkpoint_missing_a_weight_fails(converted: Path, tmp_path: Path, capsys) -> None:
+    """The transformer is built without initialisation: a weight the checkpoint lacks must be an error."""
+    import shutil
+
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from cosmos_sana.checkpoint.dcp_io import load_state, save_state
+
+    broken = tmp_path / "broken"
+    shutil.copytree(converted, broken)
+    model = broken / "model"
+    stored = FileSystemReader(str(model)).read_metadata().state_dict_metadata
+    state = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in stored.items()}
+    load_state(state, model)
+    del state["caption_norm.weight"]
+    shutil.rmtree(model)
+    save_state(state, model)
+    assert main(["export", str(broken), "--out", str(tmp_path / "out")]) != 0
+    assert "caption_norm.weight" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_export_refuses_to_delete_foreign_folder(converted: Path, tmp_path: Path) -> None:

@@ -7,29 +7,50 @@ from pathlib import Path
 
 import torch
 
-from cosmos_sana.checkpoint.pipeline_folder import TRANSFORMER
+from cosmos_sana.checkpoint.dcp_io import CheckpointError
+from cosmos_sana.checkpoint.pipeline_folder import MODEL_INDEX, TRANSFORMER, model_index
 
 PEFT_FOLDER = "peft_adapter"
 LORA_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
 NATIVE_FILE = "sana_native.pth"
+#: weight files a pipeline component may also carry beside its safetensors (not exported then)
+NON_SAFETENSORS_WEIGHTS = frozenset({".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".onnx"})
 #: PEFT's key prefix for a ``PeftModel`` wrapping the transformer.
 PEFT_MODEL_PREFIX = "base_model.model."
 
 
 def write_pipeline(transformer: torch.nn.Module, base: Path, out: Path, *, max_shard_size: str | int) -> None:
     """A full diffusers pipeline folder: ``transformer`` saved by diffusers (sharded safetensors of
-    ``max_shard_size`` each, with an index json) and every other entry of ``base`` copied byte for byte,
-    so the VAE, text encoder, tokenizer and scheduler keep their files and stored dtypes. Hidden
-    top-level entries (``.cache``, ``.git``) are left out."""
+    ``max_shard_size`` each, with an index json), ``model_index.json`` and every other component folder it
+    names copied byte for byte from ``base`` (VAE, text encoder, tokenizer and scheduler keep their files and
+    stored dtypes; nothing else in ``base`` is copied)."""
     out.mkdir(parents=True, exist_ok=True)
-    for entry in sorted(base.iterdir()):
-        if entry.name == TRANSFORMER or entry.name.startswith("."):
-            continue
-        if entry.is_dir():
-            shutil.copytree(entry, out / entry.name)
-        else:
-            shutil.copy2(entry, out / entry.name)
+    shutil.copyfile(base / MODEL_INDEX, out / MODEL_INDEX)
+    for name in component_names(base):
+        if name != TRANSFORMER:
+            copy_component(base / name, out / name)
     transformer.save_pretrained(str(out / TRANSFORMER), safe_serialization=True, max_shard_size=max_shard_size)
+
+
+def component_names(pipeline: Path) -> list[str]:
+    """The components ``model_index.json`` lists with a class (optional ones set to null are absent)."""
+    return sorted(k for k, v in model_index(pipeline).items()
+                  if not k.startswith("_") and isinstance(v, list) and len(v) == 2 and v[1] is not None)
+
+
+def copy_component(src: Path, dst: Path) -> None:
+    """Every file of a component folder (symlinks followed, no permission bits carried over); weights in a
+    pickle or other framework's format are left out when the folder also holds safetensors."""
+    if not src.is_dir():
+        raise CheckpointError(f"{src}: component folder named in {src.parent / MODEL_INDEX} is missing")
+    files = sorted(p for p in src.rglob("*") if p.is_file())
+    has_safetensors = any(p.suffix == ".safetensors" for p in files)
+    for path in files:
+        if has_safetensors and path.suffix in NON_SAFETENSORS_WEIGHTS:
+            continue
+        target = dst / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
 
 
 def write_lora(transformer: torch.nn.Module, adapter: str, out: Path) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Device: the bench rows bench/run_all.sh leaves out for time — rollout at 512² (B=8, B=1) and 1024² B=1,
-# export of a 1600M checkpoint, reward scorer throughput at 512² — each under its own limit, JSON + logs
+# Device: bench rows beside bench/run_all.sh — rollout at 512² (B=8, B=1) and 1024² B=1 with fewer
+# variants, export of a 1600M checkpoint (all cases, a longer limit), reward scorer throughput at 512²
+# (not in run_all.sh) — each under its own limit, JSON + logs
 # into $OUT, the table at the end. Fits beside another job on a second GPU (CUDA_VISIBLE_DEVICES).
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && OUT=/tmp/bench bash scripts/device/bench_rows.sh
 set -uo pipefail
@@ -19,8 +20,8 @@ rollout=(bench/bench_rollout.py --preset sana-1600m --pipeline "$pipe" --device 
          --repeats 2 --variants eager compiled compiled_graphs)
 run rollout-512 "${LIMIT_512:-190}" "${rollout[@]}" --sizes 512 --batches 8 1 --json-out "$out/rollout-512.json"
 run rollout-1024-b1 "${LIMIT_1024:-110}" "${rollout[@]}" --sizes 1024 --batches 1 --json-out "$out/rollout-1024-b1.json"
-run export "${LIMIT_EXPORT:-100}" bench/bench_export.py --preset sana-1600m --pipeline "$pipe" --work "$work" \
-  --cases ours/diffusers baseline/save_pretrained ours/lora --json-out "$out/export.json"
+run export "${LIMIT_EXPORT:-240}" bench/bench_export.py --preset sana-1600m --pipeline "$pipe" --work "$work" \
+  --cases ours/diffusers baseline/save_pretrained ours/lora ours/merged --json-out "$out/export.json"
 run rewards "${LIMIT_REWARDS:-60}" bench/bench_rewards.py --device cuda --batch 16 --size 512 --repeats 2 \
   --reward jpeg_compressibility --reward ocr
 python bench/report.py "$out"

@@ -4,7 +4,7 @@
 # most 8 files) and a summary on stdout.
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && BUDGET=570 bash scripts/device/e2e_all.sh
 # Env: BUDGET seconds from now (570), NFT_STEPS (20), NFT_PHASES ("1 2 export": interrupted after the
-#      checkpoint of step NFT_KILL_AFTER (5), at NFT_KILL_AT seconds (half the budget) at the latest,
+#      checkpoint of step NFT_KILL_AFTER (NFT_SAVE_FREQ, 5), at NFT_KILL_AT seconds (half the budget) at the latest,
 #      and resumed), NFT_REWARDS (TOML array; default JPEG + OCR),
 #      NFT_PROMPTS (builtin:ocr), SUITE ("sft video grpo ddrl"; empty = none), SUITE_STEPS (6),
 #      NFT_GPU / SUITE_GPU (a CUDA_VISIBLE_DEVICES value each, e.g. 0 and 1 on a 2-GPU machine; unset =
@@ -31,7 +31,7 @@ nft() {
   now=$(( $(date +%s) - t0 ))
   PHASES=$phases STEPS=${NFT_STEPS:-20} SAVE_FREQ=${NFT_SAVE_FREQ:-5} PROMPTS=${NFT_PROMPTS:-builtin:ocr} \
     REWARDS=${NFT_REWARDS:-'[{name="jpeg_compressibility"},{name="ocr"}]'} \
-    KILL_AFTER=${NFT_KILL_AFTER:-5} PHASE1_TIMEOUT=$(( kill_at - now )) PHASE2_DEADLINE=$(( t0 + budget - export_s )) \
+    KILL_AFTER=${NFT_KILL_AFTER:-${NFT_SAVE_FREQ:-5}} PHASE1_TIMEOUT=$(( kill_at - now )) PHASE2_DEADLINE=$(( t0 + budget - export_s )) \
     OUT=$logs/nft on_gpu "${NFT_GPU:-}" bash scripts/device/e2e_nft.sh >"$logs/nft.txt" 2>&1
 }
 nft &

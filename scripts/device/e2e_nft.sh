@@ -27,8 +27,10 @@ overrides=(
 read -ra extra <<<"${EXTRA:-}"
 overrides+=("${extra[@]}")
 logged_step() {  # the highest step in a metrics.jsonl written since epoch second $1 (0 when none)
-  find "$work/out" -name metrics.jsonl -newermt "@$1" -print0 2>/dev/null | xargs -0r cat |
-    sed -n 's/.*"step": *\([0-9]*\).*/\1/p' | sort -n | tail -n 1 | grep . || echo 0
+  local step
+  step=$( { find "$work/out" -name metrics.jsonl -newermt "@$1" -print0 2>/dev/null || true; } |
+    { xargs -0r cat 2>/dev/null || true; } | sed -n 's/.*"step": *\([0-9]*\).*/\1/p' | sort -n | tail -n 1)
+  echo "${step:-0}"
 }
 launch() {  # $1 = phase name, $2 = timeout, $3 = interrupt once this step is logged (0 = never), rest = overrides
   local name=$1 limit=$2 stop_at=$3; shift 3
@@ -50,6 +52,8 @@ launch() {  # $1 = phase name, $2 = timeout, $3 = interrupt once this step is lo
 }
 phases=" ${PHASES:-1 2 export} "
 if [[ $phases == *" 1 "* ]]; then
+  (( ${KILL_AFTER:-$save} % save == 0 )) || { echo "KILL_AFTER=${KILL_AFTER:-$save} is not a checkpoint step (SAVE_FREQ=$save)" >&2; exit 2; }
+  rm -rf "$work/out"  # a fresh run: resume and export must not find an earlier call's checkpoints
   stop_at=0  # interrupted only when phase 2 is to resume it
   [[ $phases == *" 2 "* ]] && stop_at=$(( ${KILL_AFTER:-$save} + 1 ))
   launch phase1 "${PHASE1_TIMEOUT:-330}" "$stop_at"
@@ -59,7 +63,7 @@ fi
 if [[ $phases == *" 2 "* ]]; then
   limit=${PHASE2_TIMEOUT:-240}
   [[ -n ${PHASE2_DEADLINE:-} ]] && limit=$(( PHASE2_DEADLINE - $(date +%s) ))
-  port=8001 launch phase2 "$limit" 0 "train.resume=true"
+  if (( limit > 30 )); then port=8001 launch phase2 "$limit" 0 "train.resume=true"; else echo "phase2: skipped (${limit} s left)"; fi
 fi
 [[ $phases == *" export "* ]] || exit 0
 ckpt=$(find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort -t_ -k2 | tail -1)

@@ -29,6 +29,12 @@ def model_index(folder: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: invalid JSON ({exc})") from exc
 
 
+def component_names(folder: str | Path) -> list[str]:
+    """The components ``model_index.json`` lists with a class (optional ones set to null are absent)."""
+    return sorted(k for k, v in model_index(folder).items()
+                  if not k.startswith("_") and isinstance(v, list) and len(v) == 2 and v[1] is not None)
+
+
 def pipeline_class_name(folder: str | Path) -> str:
     return model_index(folder)["_class_name"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from cosmos_sana.checkpoint.dcp_io import CheckpointError
-from cosmos_sana.checkpoint.pipeline_folder import MODEL_INDEX, TRANSFORMER, model_index
+from cosmos_sana.checkpoint.pipeline_folder import MODEL_INDEX, TRANSFORMER, component_names
 
 PEFT_FOLDER = "peft_adapter"
 LORA_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
@@ -30,12 +30,6 @@ def write_pipeline(transformer: torch.nn.Module, base: Path, out: Path, *, max_s
         if name != TRANSFORMER:
             copy_component(base / name, out / name)
     transformer.save_pretrained(str(out / TRANSFORMER), safe_serialization=True, max_shard_size=max_shard_size)
-
-
-def component_names(pipeline: Path) -> list[str]:
-    """The components ``model_index.json`` lists with a class (optional ones set to null are absent)."""
-    return sorted(k for k, v in model_index(pipeline).items()
-                  if not k.startswith("_") and isinstance(v, list) and len(v) == 2 and v[1] is not None)
 
 
 def copy_component(src: Path, dst: Path) -> None:

@@ -13,7 +13,6 @@ good one (index + 1, + 2, ... wrapping), so the order stays a function of the se
 from __future__ import annotations
 
 import importlib.util
-
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar

@@ -1,6 +1,6 @@
 """Reward scoring throughput per scorer, and how much scoring overlaps a (simulated) rollout.
 
-    python bench/bench_rewards.py [--device cuda:0] [--batch 8] [--size 512] \
+    python bench/bench_rewards.py [--device cuda:0] [--batch 8] [--size 512] [--json-out FILE] \
         [--reward pickscore --reward-args 'pickscore:{"model": "/models/PickScore_v1"}' ...]
 
 Without ``--reward-args`` a model-based scorer runs on tiny random weights (real
@@ -10,7 +10,7 @@ architecture, toy width): that measures the pipeline, not the real model. Prints
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -95,7 +95,10 @@ def main() -> None:
     parser.add_argument("--rollout-s", type=float, default=0.2, help="simulated rollout time per step")
     parser.add_argument("--slowdown", type=float, default=1.5, help="scoring time = slowdown × rollout time")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--json-out")
     options = parser.parse_args()
+
+    from benchlib import write_json
 
     from cosmos_sana.plugin_manager import installed_plugins
     from cosmos_sana.rewards.selection import parse_reward_args
@@ -103,7 +106,7 @@ def main() -> None:
 
     given = dict(parse_reward_args(a) for a in options.reward_args)
     names = options.reward or DEFAULT_REWARDS
-    results: dict[str, Any] = {"device": options.device, "throughput": {}}
+    results: dict[str, Any] = {"bench": "rewards", "device": options.device, "throughput": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tiny = tiny_reward_args(Path(tmp), [n for n in names if n not in given])
         for name in names:
@@ -112,8 +115,9 @@ def main() -> None:
                              options.repeats)
             row["weights"] = "given" if name in given else ("tiny-random" if name in tiny else "none")
             results["throughput"][name] = row
+    results["omp_thread_limit"] = os.environ.get("OMP_THREAD_LIMIT")  # after the OCR backend's default
     results["overlap"] = overlap(options.rollout_s, options.rollout_s * options.slowdown, options.steps)
-    print(json.dumps(results, indent=1))
+    write_json(results, options.json_out)
 
 
 if __name__ == "__main__":

@@ -86,10 +86,19 @@ def export_rows(data: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+def reward_rows(data: dict[str, Any]) -> list[list[str]]:
+    limit = data.get("omp_thread_limit")
+    return [
+        [f"reward img/s {name}{'' if limit is None else f' (OMP_THREAD_LIMIT={limit})'}",
+         f"{_fmt(r['images_per_s'])} (B{r['batch']}, {r['size']}px, {r['weights']} weights)", "-", "", ""]
+        for name, r in data["throughput"].items()
+    ]
+
+
 def main(folder: str) -> None:
-    """Every ``*.json`` in ``folder`` whose ``bench`` is rollout, nft_step or export, in file-name order;
-    each row names its file (results from different machines sit side by side)."""
-    row_builders = {"rollout": rollout_rows, "nft_step": nft_rows, "export": export_rows}
+    """Every ``*.json`` in ``folder`` whose ``bench`` is rollout, nft_step, export or rewards, in file-name
+    order; each row names its file (results from different machines sit side by side)."""
+    row_builders = {"rollout": rollout_rows, "nft_step": nft_rows, "export": export_rows, "rewards": reward_rows}
     found: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in row_builders}
     table = [["metric", "ours", "baseline", "ratio", "target", "file"]]
     for path in sorted(Path(folder).glob("*.json")):

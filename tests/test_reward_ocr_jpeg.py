@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import textwrap
 
 import pytest
@@ -65,6 +66,15 @@ def test_tesseract_runs_one_process_a_core_up_to_eight(monkeypatch):
     assert ocr.TesseractBackend(threads=3).threads == 3
     with pytest.raises(ValueError, match="threads must be at least 1, got 0"):
         build("ocr", backend_args={"threads": 0})
+
+
+def test_tesseract_processes_run_single_threaded_unless_the_environment_says(monkeypatch):
+    monkeypatch.delenv("OMP_THREAD_LIMIT", raising=False)
+    ocr.TesseractBackend()
+    assert os.environ["OMP_THREAD_LIMIT"] == "1"
+    monkeypatch.setenv("OMP_THREAD_LIMIT", "4")
+    ocr.TesseractBackend()
+    assert os.environ["OMP_THREAD_LIMIT"] == "4"
 
 
 def test_recognition_backend_is_pluggable(tmp_path, monkeypatch):

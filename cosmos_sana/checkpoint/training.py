@@ -199,6 +199,6 @@ def load_checkpoint(path: str | Path, parts: Mapping[str, Any]) -> int:
     skipped = sorted(set(meta["parts"]) - set(parts))
     if skipped:
         logger.info("%s: parts not restored: %s", path, skipped)
-    logger.info("resumed from %s (step %d)", path, step)
+    logger.info("loaded checkpoint %s (step %d)", path, step)
     return step
 

@@ -3,6 +3,8 @@
 # variants, export of a 1600M checkpoint (all cases, a longer limit), reward scorer throughput at 512²
 # (not in run_all.sh) — each under its own limit, JSON + logs
 # into $OUT, the table at the end. Fits beside another job on a second GPU (CUDA_VISIBLE_DEVICES).
+# ROWS picks rows ("rollout export rewards"); the rewards row runs twice: Tesseract single-threaded
+# (the OCR backend's default) and with its own OpenMP threads (OMP_THREAD_LIMIT=64).
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && OUT=/tmp/bench bash scripts/device/bench_rows.sh
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
@@ -18,10 +20,17 @@ run() {  # NAME SECONDS ARGS...
 }
 rollout=(bench/bench_rollout.py --preset sana-1600m --pipeline "$pipe" --device cuda --dtype bfloat16 --steps 20
          --repeats 2 --variants eager compiled compiled_graphs)
-run rollout-512 "${LIMIT_512:-190}" "${rollout[@]}" --sizes 512 --batches 8 1 --json-out "$out/rollout-512.json"
-run rollout-1024-b1 "${LIMIT_1024:-110}" "${rollout[@]}" --sizes 1024 --batches 1 --json-out "$out/rollout-1024-b1.json"
-run export "${LIMIT_EXPORT:-240}" bench/bench_export.py --preset sana-1600m --pipeline "$pipe" --work "$work" \
-  --cases ours/diffusers baseline/save_pretrained ours/lora ours/merged --json-out "$out/export.json"
-run rewards "${LIMIT_REWARDS:-60}" bench/bench_rewards.py --device cuda --batch 16 --size 512 --repeats 2 \
-  --reward jpeg_compressibility --reward ocr
+rows=" ${ROWS:-rollout export rewards} "
+if [[ $rows == *" rollout "* ]]; then
+  run rollout-512 "${LIMIT_512:-190}" "${rollout[@]}" --sizes 512 --batches 8 1 --json-out "$out/rollout-512.json"
+  run rollout-1024-b1 "${LIMIT_1024:-110}" "${rollout[@]}" --sizes 1024 --batches 1 --json-out "$out/rollout-1024-b1.json"
+fi
+[[ $rows == *" export "* ]] &&
+  run export "${LIMIT_EXPORT:-240}" bench/bench_export.py --preset sana-1600m --pipeline "$pipe" --work "$work" \
+    --cases ours/diffusers baseline/save_pretrained ours/lora ours/merged --json-out "$out/export.json"
+if [[ $rows == *" rewards "* ]]; then
+  rewards=(bench/bench_rewards.py --device cuda --batch 16 --size 512 --repeats 3)
+  run rewards "${LIMIT_REWARDS:-60}" "${rewards[@]}" --reward jpeg_compressibility --reward ocr --json-out "$out/rewards.json"
+  OMP_THREAD_LIMIT=64 run rewards-omp64 "${LIMIT_REWARDS:-60}" "${rewards[@]}" --reward ocr --json-out "$out/rewards-omp64.json"
+fi
 python bench/report.py "$out"

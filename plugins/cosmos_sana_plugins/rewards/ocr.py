@@ -71,7 +71,12 @@ def default_threads() -> int:
 
 
 class TesseractBackend:
-    """Tesseract through pytesseract, ``threads`` images at a time (one process each)."""
+    """Tesseract through pytesseract, ``threads`` images at a time (one process each).
+
+    Each process runs single-threaded: ``OMP_THREAD_LIMIT=1`` is set in this process's environment, which
+    pytesseract hands to Tesseract, unless the environment already sets it (Tesseract's own OpenMP threads
+    would otherwise oversubscribe the cores the pool already fills).
+    """
 
     def __init__(self, lang: str = "eng", config: str = "", threads: int | None = None) -> None:
         import pytesseract
@@ -86,6 +91,7 @@ class TesseractBackend:
         if threads is not None and threads < 1:
             raise ValueError(f"reward 'ocr': backend_args.threads must be at least 1, got {threads}")
         self.lang, self.config, self.threads = lang, config, threads or default_threads()
+        os.environ.setdefault("OMP_THREAD_LIMIT", "1")
         self._pytesseract = pytesseract
 
     def _one(self, image: Any) -> str:

@@ -87,9 +87,9 @@ def export_rows(data: dict[str, Any]) -> list[list[str]]:
 
 
 def reward_rows(data: dict[str, Any]) -> list[list[str]]:
-    limit = data.get("omp_thread_limit")
+    limit = data.get("ocr_omp_thread_limit")
     return [
-        [f"reward img/s {name}{'' if limit is None else f' (OMP_THREAD_LIMIT={limit})'}",
+        [f"reward img/s {name}{f' (OMP_THREAD_LIMIT={limit})' if name == 'ocr' and limit else ''}",
          f"{_fmt(r['images_per_s'])} (B{r['batch']}, {r['size']}px, {r['weights']} weights)", "-", "", ""]
         for name, r in data["throughput"].items()
     ]

@@ -148,6 +148,29 @@ def test_full_export_copies_only_the_components_model_index_names(
     assert (out / "text_encoder" / "config.json").read_bytes() == (base / "text_encoder" / "config.json").read_bytes()
 
 
+@pytest.mark.parametrize(
+    ("safetensors", "pickle_copied"),
+    [("model.safetensors", False), ("model-00001-of-00002.safetensors", False), ("model.fp16.safetensors", True)],
+)
+def test_component_copy_leaves_out_pickles_only_beside_default_safetensors(
+    tmp_path: Path, safetensors: str, pickle_copied: bool
+) -> None:
+    """diffusers/transformers load ``model.safetensors`` (or its shards) first and fall back to
+    ``pytorch_model.bin``, never to a variant; so a folder whose only safetensors is a variant keeps its pickle."""
+    from cosmos_sana.export.writers import copy_component
+
+    src, dst = tmp_path / "text_encoder", tmp_path / "out"
+    files = {safetensors: b"st", "pytorch_model.bin": b"pickle", "pytorch_model.bin.index.json": b"{}",
+             "config.json": b"{}", "sub/spiece.model": b"sp"}
+    for name, data in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+    copy_component(src, dst)
+    copied = {p.relative_to(dst).as_posix(): p.read_bytes() for p in dst.rglob("*") if p.is_file()}
+    kept = {k: v for k, v in files.items() if pickle_copied or not k.startswith("pytorch_model.bin")}
+    assert copied == kept
+
+
 def test_full_export_refuses_a_missing_component(converted: Path, tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
     import shutil
 

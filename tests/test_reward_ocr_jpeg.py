@@ -69,12 +69,18 @@ def test_tesseract_runs_one_process_a_core_up_to_eight(monkeypatch):
 
 
 def test_tesseract_processes_run_single_threaded_unless_the_environment_says(monkeypatch):
-    monkeypatch.delenv("OMP_THREAD_LIMIT", raising=False)
+    """The limit reaches the environment pytesseract starts Tesseract with, not this process's."""
+    import pytesseract
+
+    monkeypatch.setattr(pytesseract.pytesseract, "environ", os.environ)  # restored after the test
+    monkeypatch.setenv("OMP_THREAD_LIMIT", "unset")  # so that monkeypatch restores the original state
+    monkeypatch.delenv("OMP_THREAD_LIMIT")
     ocr.TesseractBackend()
-    assert os.environ["OMP_THREAD_LIMIT"] == "1"
+    tesseract_env = pytesseract.pytesseract.subprocess_args()["env"]
+    assert tesseract_env["OMP_THREAD_LIMIT"] == "1" and "OMP_THREAD_LIMIT" not in os.environ
+    assert tesseract_env["PATH"] == os.environ["PATH"]
     monkeypatch.setenv("OMP_THREAD_LIMIT", "4")
-    ocr.TesseractBackend()
-    assert os.environ["OMP_THREAD_LIMIT"] == "4"
+    assert pytesseract.pytesseract.subprocess_args()["env"]["OMP_THREAD_LIMIT"] == "4"
 
 
 def test_recognition_backend_is_pluggable(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from cosmos_sana.checkpoint.pipeline_folder import MODEL_INDEX, TRANSFORMER, com
 PEFT_FOLDER = "peft_adapter"
 LORA_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
 NATIVE_FILE = "sana_native.pth"
-#: weight files a pipeline component may also carry beside its safetensors (not exported then)
+#: weight files a pipeline component may also carry beside its default safetensors (not exported then)
 NON_SAFETENSORS_WEIGHTS = frozenset({".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".onnx"})
 #: PEFT's key prefix for a ``PeftModel`` wrapping the transformer.
 PEFT_MODEL_PREFIX = "base_model.model."
@@ -33,18 +33,33 @@ def write_pipeline(transformer: torch.nn.Module, base: Path, out: Path, *, max_s
 
 
 def copy_component(src: Path, dst: Path) -> None:
-    """Every file of a component folder (symlinks followed, no permission bits carried over); weights in a
-    pickle or other framework's format are left out when the folder also holds safetensors."""
+    """Every file of a component folder (symlinks followed, no permission bits carried over). Weights in a
+    pickle or other framework's format, and their shard indexes, are left out when the folder holds
+    default (non-variant) safetensors, which diffusers and transformers load first; a folder with only
+    variant safetensors (``model.fp16.safetensors``) keeps them, as its default weights."""
     if not src.is_dir():
         raise CheckpointError(f"{src}: component folder named in {src.parent / MODEL_INDEX} is missing")
     files = sorted(p for p in src.rglob("*") if p.is_file())
-    has_safetensors = any(p.suffix == ".safetensors" for p in files)
+    has_default_safetensors = any(_is_default_safetensors(p.name) for p in files)
     for path in files:
-        if has_safetensors and path.suffix in NON_SAFETENSORS_WEIGHTS:
+        if has_default_safetensors and _is_other_format_weight(path.name):
             continue
         target = dst / path.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
+
+
+def _is_default_safetensors(name: str) -> bool:
+    """``model.safetensors``, ``model-00001-of-00002.safetensors`` or their index; not ``model.fp16.safetensors``."""
+    for suffix in (".safetensors.index.json", ".safetensors"):
+        if name.endswith(suffix):
+            return "." not in name[: -len(suffix)]
+    return False
+
+
+def _is_other_format_weight(name: str) -> bool:
+    """A weight file in another format (``pytorch_model.bin``) or its shard index (``pytorch_model.bin.index.json``)."""
+    return Path(name.removesuffix(".index.json")).suffix in NON_SAFETENSORS_WEIGHTS
 
 
 def write_lora(transformer: torch.nn.Module, adapter: str, out: Path) -> None:

@@ -29,6 +29,7 @@ nft() {
   local export_s=90 now
   (( kill_at > 120 && budget - export_s - kill_at > 120 )) || { echo "BUDGET=$budget too small for kill and resume" >&2; return 1; }
   now=$(( $(date +%s) - t0 ))
+  (( kill_at - now > 60 )) || { echo "only $(( kill_at - now )) s left for phase 1 (NFT_KILL_AT=$kill_at)" >&2; return 1; }
   PHASES=$phases STEPS=${NFT_STEPS:-20} SAVE_FREQ=${NFT_SAVE_FREQ:-5} PROMPTS=${NFT_PROMPTS:-builtin:ocr} \
     REWARDS=${NFT_REWARDS:-'[{name="jpeg_compressibility"},{name="ocr"}]'} \
     KILL_AFTER=${NFT_KILL_AFTER:-${NFT_SAVE_FREQ:-5}} PHASE1_TIMEOUT=$(( kill_at - now )) PHASE2_DEADLINE=$(( t0 + budget - export_s )) \
@@ -51,6 +52,6 @@ kill "$monitor" 2>/dev/null
 echo "--- nft"; cat "$logs/nft.txt"
 echo "--- suite"; cat "$logs/suite.txt" 2>/dev/null
 echo "--- peak memory per GPU (timestamp, index, MiB, util)"
-sort -t, -k3 -n "$logs/gpu.csv" | awk -F, '{peak[$2] = $0} END {for (g in peak) print peak[g]}'
+tail -n +2 "$logs/gpu.csv" | sort -t, -k3 -n | awk -F, '{peak[$2] = $0} END {for (g in peak) print peak[g]}'
 mkdir -p "${OUT:-/tmp}" && tar czf "${OUT:-/tmp}/e2e.tgz" -C "$logs" .
 echo "done at $(( $(date +%s) - t0 )) s; logs in ${OUT:-/tmp}/e2e.tgz"

@@ -52,10 +52,12 @@ launch() {  # $1 = phase name, $2 = timeout, $3 = interrupt once this step is lo
 }
 phases=" ${PHASES:-1 2 export} "
 if [[ $phases == *" 1 "* ]]; then
-  (( ${KILL_AFTER:-$save} % save == 0 )) || { echo "KILL_AFTER=${KILL_AFTER:-$save} is not a checkpoint step (SAVE_FREQ=$save)" >&2; exit 2; }
+  kill_after=${KILL_AFTER:-$save}
+  (( kill_after > 0 && kill_after % save == 0 )) ||
+    { echo "KILL_AFTER=$kill_after is not a checkpoint step (a positive multiple of SAVE_FREQ=$save)" >&2; exit 2; }
   rm -rf "$work/out"  # a fresh run: resume and export must not find an earlier call's checkpoints
   stop_at=0  # interrupted only when phase 2 is to resume it
-  [[ $phases == *" 2 "* ]] && stop_at=$(( ${KILL_AFTER:-$save} + 1 ))
+  [[ $phases == *" 2 "* ]] && stop_at=$(( kill_after + 1 ))
   launch phase1 "${PHASE1_TIMEOUT:-330}" "$stop_at"
   find "$work/out" -maxdepth 4 -type d -name "iter_*" | sort | tee "$out/checkpoints_after_phase1.txt"
 fi

@@ -13,6 +13,7 @@ Debian ``tesseract-ocr`` engine) or ``"package.module:factory"``, where
 from __future__ import annotations
 
 import os
+from collections import ChainMap
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -73,9 +74,10 @@ def default_threads() -> int:
 class TesseractBackend:
     """Tesseract through pytesseract, ``threads`` images at a time (one process each).
 
-    Each process runs single-threaded: ``OMP_THREAD_LIMIT=1`` is set in this process's environment, which
-    pytesseract hands to Tesseract, unless the environment already sets it (Tesseract's own OpenMP threads
-    would otherwise oversubscribe the cores the pool already fills).
+    Each Tesseract process runs single-threaded (``OMP_THREAD_LIMIT=1`` unless this process's environment
+    sets it): Tesseract's own OpenMP threads would otherwise oversubscribe the cores the pool fills. The
+    limit goes only to Tesseract, through the environment pytesseract hands it (its module-level
+    ``environ``); this process's environment is left as it is.
     """
 
     def __init__(self, lang: str = "eng", config: str = "", threads: int | None = None) -> None:
@@ -91,7 +93,9 @@ class TesseractBackend:
         if threads is not None and threads < 1:
             raise ValueError(f"reward 'ocr': backend_args.threads must be at least 1, got {threads}")
         self.lang, self.config, self.threads = lang, config, threads or default_threads()
-        os.environ.setdefault("OMP_THREAD_LIMIT", "1")
+        module = pytesseract.pytesseract
+        if not isinstance(module.environ, ChainMap):
+            module.environ = ChainMap(os.environ, {"OMP_THREAD_LIMIT": "1"})  # os.environ's value wins
         self._pytesseract = pytesseract
 
     def _one(self, image: Any) -> str:

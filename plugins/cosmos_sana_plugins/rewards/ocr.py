@@ -66,7 +66,7 @@ def ocr_reward(recognised: str, target: str) -> float:
 
 
 def default_threads() -> int:
-    """Tesseract processes run at once: one a CPU core, at most 8 (16 images at 512² take ~0.35 s each)."""
+    """Tesseract processes run at once: one a CPU core, at most 8."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(8, cores))
 

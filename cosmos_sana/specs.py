@@ -45,9 +45,15 @@ class _Spec:
 
 @dataclass(frozen=True)
 class ModelSpec(_Spec):
-    """A cosmos-rl model class (subclass of ``DiffuserModel``)."""
+    """A cosmos-rl model class (subclass of ``DiffuserModel``).
+
+    ``native_loader`` reads the model family's own checkpoint format (``[custom.model] native_checkpoint``):
+    ``fn(source, *, base_config, use_ema, torch_dtype) -> transformer``, ``base_config`` a pipeline folder.
+    Export calls it to rebuild the base weights a run trained on.
+    """
 
     pipeline_classes: tuple[str, ...] = ()
+    native_loader: Target = None
     kind = "model"
 
 

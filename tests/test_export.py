@@ -136,11 +136,12 @@ def test_full_export_copies_only_the_components_model_index_names(
 
     base = tmp_path / "base"
     shutil.copytree(tiny_image_pipeline_dir, base)
-    assert main(["export", str(converted), "--out", str(base / "exports" / "first"), "--base", str(base)]) == 0
+    assert main(["export", str(converted), "--out", str(tmp_path / "first"), "--base", str(base)]) == 0
+    shutil.move(tmp_path / "first", base / "exports" / "first")  # an earlier export kept inside the base
     (base / "export_manifest.json").write_text("{}")
     (base / "COMPLETE").write_text("{}")
     (base / "text_encoder" / "pytorch_model.bin").write_bytes(b"pickle")
-    out = base / "exports" / "second"  # inside the base, beside an earlier export
+    out = tmp_path / "second"
     assert main(["export", str(converted), "--out", str(out), "--base", str(base)]) == 0
     assert not (out / "exports").exists() and not (out / "text_encoder" / "pytorch_model.bin").exists()
     manifest = json.loads((out / "export_manifest.json").read_text())
@@ -332,9 +333,10 @@ def test_verify_rejects_nan_weights(tiny_image_pipeline_dir: Path, tmp_path: Pat
     path = save_checkpoint(tmp_path / "run", 1, {"model": ModelState(transformer, base_pipeline=str(tiny_image_pipeline_dir))})
     out = tmp_path / "bad"
     code = main(["export", str(path), "--out", str(out), "--verify", "--verify-size", "64"])
-    assert code == 2
-    assert "NaN" in capsys.readouterr().err
-    assert not out.exists() and not list(tmp_path.glob(".staging-*"))
+    assert code == 1  # refused before anything is written or generated
+    n = transformer.proj_out.weight.numel()
+    assert f"{path}: weight 'proj_out.weight' has {n} NaN/inf values of {n}" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob("bad.*"))
 
 
 def test_video_convert_export_verify(tiny_video_pipeline_dir: Path, tmp_path: Path) -> None:

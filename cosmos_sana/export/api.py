@@ -7,25 +7,29 @@ Formats:
 * ``merged``    — the LoRA folded into the base weights, as a full pipeline folder;
 * ``native``    — ``sana_native.pth`` in native SANA key layout (LoRA merged first).
 
-The output folder is built beside the target, verified when asked, given an
-``export_manifest.json`` and a ``COMPLETE`` marker, then renamed into place.
+LoRA checkpoints are merged onto (and verified and described with) the base the run trained on:
+the pipeline's transformer, a native SANA checkpoint or an ``init_from`` folder (:mod:`.base`).
+Every exported tensor must be finite. The output folder is built beside the target, verified when
+asked, given an ``export_manifest.json`` and a ``COMPLETE`` marker, then swapped into place so that
+a previous export survives any failure (:mod:`.swap`). ``--out`` may not overlap anything it reads.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from cosmos_sana.checkpoint.dcp_io import CheckpointError, rank_local
-from cosmos_sana.checkpoint.layout import STAGING_PREFIX, publish, remove_checkpoint, write_marker
-from cosmos_sana.checkpoint.pipeline_folder import TRANSFORMER, stored_dtype
+from cosmos_sana.checkpoint.layout import write_marker
+from cosmos_sana.checkpoint.states import is_lora_key
 from cosmos_sana.checkpoint.training import package_versions
 from cosmos_sana.export.restore import ExportSource, open_source, restore_transformer
+from cosmos_sana.export.swap import discard, new_staging, recover_output, swap_in
 from cosmos_sana.export.verify import VerifyOptions, verify_export
 from cosmos_sana.export.writers import merge_lora, write_lora, write_native, write_pipeline
 from cosmos_sana.log import get_logger
@@ -61,16 +65,48 @@ def pick_adapter(source: ExportSource, adapter: str | None) -> str:
     return adapter
 
 
-def clear_output(out: Path) -> None:
-    """Remove a previous export (or an empty folder); refuse to delete anything else."""
+class NonFiniteWeights(CheckpointError):
+    """A tensor to be exported holds NaN or inf."""
+
+
+def check_out_path(out: Path, checkpoint: Path, source: ExportSource) -> None:
+    """Refuse an ``out`` equal to, inside or containing the checkpoint or anything the base reads
+    (replacing ``out`` would delete them); a training output dir given as ``checkpoint`` may hold ``out``."""
+    target = out.resolve()
+    protected = [("the checkpoint", source.path, True), ("the base", source.base_pipeline, True)]
+    protected += [("the base weights", path, True) for path in source.base.local_paths[1:]]
+    protected.append(("the checkpoint argument", checkpoint, False))
+    for label, path, refuse_inside in protected:
+        resolved = path.resolve()
+        if target == resolved:
+            relation = "is"
+        elif resolved in target.parents and refuse_inside:
+            relation = "is inside"
+        elif target in resolved.parents:
+            relation = "contains"
+        else:
+            continue
+        raise CheckpointError(f"--out {out}: {relation} {label} {path}; choose a folder outside it")
+
+
+def check_replaceable(out: Path) -> None:
+    """``out`` may be missing, empty or a previous export; anything else is refused."""
     if not out.exists():
         return
-    if out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-        return
-    if not (out / MANIFEST_FILE).is_file():
+    if not out.is_dir():
+        raise CheckpointError(f"--out {out}: exists and is not a folder; refusing to replace it")
+    if any(out.iterdir()) and not (out / MANIFEST_FILE).is_file():
         raise CheckpointError(f"--out {out}: exists and is not a cosmos-sana export (no {MANIFEST_FILE}); refusing to delete it")
-    remove_checkpoint(out)
+
+
+def check_finite(tensors: Iterable[tuple[str, torch.Tensor]], what: str, source: ExportSource) -> None:
+    """Raise :class:`NonFiniteWeights` naming the first tensor with a NaN or inf."""
+    for key, value in tensors:
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            raise NonFiniteWeights(
+                f"{source.path}: {what} {key!r} has {bad} NaN/inf values of {value.numel()}; nothing exported"
+            )
 
 
 def _files(folder: Path) -> dict[str, int]:
@@ -112,21 +148,22 @@ def _export(
     source = open_source(checkpoint, base)
     fmt = resolve_format(fmt, source)
     out = Path(out)
-    clear_output(out)
-    staging = out.with_name(f"{STAGING_PREFIX}{out.name}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    check_out_path(out, Path(checkpoint), source)
+    recover_output(out)
+    check_replaceable(out)
+    staging = new_staging(out)
     try:
         manifest = _write(source, staging, fmt=fmt, ema=ema, adapter=adapter, dtype=dtype, max_shard_size=max_shard_size)
         if verify is not None:
-            manifest["verified"] = verify_export(staging, fmt, source.base_pipeline, verify)
+            manifest["verified"] = verify_export(staging, fmt, source.base_pipeline, verify,
+                                                 base_transformer=source.base.build)
         manifest = {**redact(manifest), "files": _files(staging)}  # file names are not secrets ("tokenizer/…")
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         write_marker(staging, format=fmt)
+        swap_in(staging, out)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging)
         raise
-    publish(staging, out)
     logger.info("exported %s (%s, step %d) to %s", source.path, fmt, source.step, out)
     return out
 
@@ -137,11 +174,17 @@ def _write(
 ) -> dict[str, Any]:
     chosen = pick_adapter(source, adapter) if source.is_lora else None
     merging = chosen is not None and fmt != "lora"
-    # a LoRA is folded in at fp32, then the result takes the requested (or the base's) dtype
-    transformer = restore_transformer(source, ema=ema, dtype=torch.float32 if merging else dtype)
+    # a LoRA is folded in at fp32, then the result takes the requested (or the base's stored) dtype
+    transformer = restore_transformer(source, ema=ema, dtype=None if merging else dtype)
+    if chosen is not None:
+        adapter_tensors = ((k, v) for k, v in transformer.state_dict().items() if is_lora_key(k) and f".{chosen}." in k)
+        check_finite(adapter_tensors, f"LoRA weight of adapter {chosen!r}", source)
     if merging:
-        transformer = merge_lora(transformer, chosen)
-        transformer.to(dtype or stored_dtype(source.base_pipeline / TRANSFORMER))
+        base_dtype = next(p.dtype for k, p in transformer.named_parameters() if not is_lora_key(k))
+        transformer = merge_lora(transformer.to(torch.float32), chosen)
+        transformer.to(dtype or base_dtype)
+    if fmt != "lora":
+        check_finite(transformer.state_dict().items(), "merged weight" if merging else "weight", source)
     if fmt == "lora":
         write_lora(transformer, chosen, staging)
     elif fmt == "native":
@@ -154,6 +197,7 @@ def _write(
         "source_kind": source.meta["kind"],
         "step": source.step,
         "base_pipeline": str(source.base_pipeline.resolve()),
+        "base": source.base.describe(),
         "pipeline_class": source.pipeline_class,
         "ema": ema,
         "adapter": chosen,

@@ -11,23 +11,23 @@ import torch
 
 from cosmos_sana.checkpoint.dcp_io import CheckpointError, load_state, stored_keys
 from cosmos_sana.checkpoint.layout import COMPLETE_MARKER, ITER_PATTERN, find_latest, is_complete
-from cosmos_sana.checkpoint.pipeline_folder import (
-    is_pipeline_folder,
-    load_transformer,
-    pipeline_class_name,
-    transformer_class,
-)
+from cosmos_sana.checkpoint.pipeline_folder import is_pipeline_folder, pipeline_class_name, transformer_class
 from cosmos_sana.checkpoint.states import MODEL_CONFIG_FILE, ModelState
 from cosmos_sana.checkpoint.training import EMA_PART, MODEL_PART, load_checkpoint, read_meta
+from cosmos_sana.export.base import BaseWeights, recorded_base, stored_dcp_dtype
 
 
 @dataclass(frozen=True)
 class ExportSource:
-    """A complete checkpoint folder and what its ``meta.json`` says about the model."""
+    """A complete checkpoint folder, what its ``meta.json`` says about the model, and the base its run trained on."""
 
     path: Path
     meta: dict[str, Any]
-    base_pipeline: Path
+    base: BaseWeights
+
+    @property
+    def base_pipeline(self) -> Path:
+        return self.base.pipeline
 
     @property
     def step(self) -> int:
@@ -53,8 +53,9 @@ class ExportSource:
 def open_source(checkpoint: str | Path, base: str | Path | None = None) -> ExportSource:
     """A checkpoint folder, or a training output dir (its latest complete checkpoint).
 
-    ``base`` (the pipeline folder supplying VAE, text encoder, tokenizer, scheduler)
-    defaults to the one recorded at save time.
+    ``base`` (the pipeline folder supplying VAE, text encoder, tokenizer, scheduler and the
+    transformer's architecture) defaults to the one recorded at save time; a native checkpoint
+    or ``init_from`` folder the run started from is read from its ``run_config.json``.
     """
     path = Path(checkpoint)
     if not path.exists():
@@ -76,17 +77,7 @@ def open_source(checkpoint: str | Path, base: str | Path | None = None) -> Expor
     if not is_pipeline_folder(chosen):
         origin = "--base" if base is not None else f"base pipeline recorded in {path}/meta.json"
         raise CheckpointError(f"{origin} {chosen}: not a diffusers pipeline folder (no model_index.json); pass --base")
-    return ExportSource(path=path, meta=meta, base_pipeline=Path(chosen))
-
-
-def _stored_dtype(folder: Path) -> torch.dtype:
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    for entry in FileSystemReader(str(folder)).read_metadata().state_dict_metadata.values():
-        if isinstance(entry, TensorStorageMetadata) and entry.properties.dtype.is_floating_point:
-            return entry.properties.dtype
-    raise CheckpointError(f"{folder}: holds no floating-point tensors")
+    return ExportSource(path=path, meta=meta, base=recorded_base(path, Path(chosen)))
 
 
 def _uninitialised(cls: type, config: dict[str, Any], dtype: torch.dtype) -> torch.nn.Module:
@@ -101,21 +92,24 @@ def _uninitialised(cls: type, config: dict[str, Any], dtype: torch.dtype) -> tor
 
 
 def restore_transformer(source: ExportSource, *, ema: bool = False, dtype: torch.dtype | None = None) -> torch.nn.Module:
-    """The checkpoint's transformer on CPU; LoRA checkpoints get their adapters on the base weights.
+    """The checkpoint's transformer on CPU; LoRA checkpoints get their adapters on the base weights
+    the run trained on (``source.base``).
 
     ``ema`` swaps the EMA part's tensors in for the trained ones they average.
     """
     from peft import LoraConfig
 
     if source.is_lora:
-        transformer = load_transformer(source.base_pipeline, dtype)
+        transformer = source.base.build()
+        if dtype is not None:
+            transformer.to(dtype)
         for name, config in source.model["adapters"].items():
             transformer.add_adapter(LoraConfig.from_peft_type(**config), adapter_name=name)
         load_checkpoint(source.path, {MODEL_PART: ModelState(transformer, lora_only=True)})
     else:
         config = json.loads((source.path / MODEL_CONFIG_FILE).read_text(encoding="utf-8"))
         transformer = _uninitialised(transformer_class(source.base_pipeline), config,
-                                     dtype or _stored_dtype(source.path / MODEL_PART))
+                                     dtype or stored_dcp_dtype(source.path / MODEL_PART))
         load_checkpoint(source.path, {MODEL_PART: ModelState(transformer)})  # every weight, or an error
     if ema:
         swap_in_ema(transformer, source)

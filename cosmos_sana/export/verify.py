@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,14 +30,18 @@ class VerifyOptions:
     seed: int = 0
 
 
-def load_export(out: Path, fmt: str, base: Path) -> Any:
-    """The pipeline a user gets from this export with stock diffusers calls."""
+def load_export(
+    out: Path, fmt: str, base: Path, base_transformer: Callable[[], torch.nn.Module] | None = None
+) -> Any:
+    """The pipeline a user gets from this export with stock diffusers calls. A LoRA goes onto
+    ``base_transformer()`` (the weights its run trained on) when given, else onto ``base``'s own."""
     from diffusers import DiffusionPipeline
 
     if fmt in ("diffusers", "merged"):
         return DiffusionPipeline.from_pretrained(str(out))
     if fmt == "lora":
-        pipe = DiffusionPipeline.from_pretrained(str(base))
+        components = {"transformer": base_transformer()} if base_transformer is not None else {}
+        pipe = DiffusionPipeline.from_pretrained(str(base), **components)
         pipe.load_lora_weights(str(out), weight_name=LORA_FILE)  # offline diffusers needs the name
         if not getattr(pipe.transformer, "peft_config", None):
             raise VerificationFailed(f"{out}: load_lora_weights loaded no adapter (keys must start with 'transformer.')")
@@ -82,6 +87,9 @@ def check_sample(sample: torch.Tensor) -> dict[str, float]:
     return {"min": float(sample.min()), "max": float(sample.max()), "mean": float(sample.mean()), "std": float(sample.std())}
 
 
-def verify_export(out: Path, fmt: str, base: Path, options: VerifyOptions = VerifyOptions()) -> dict[str, Any]:
-    sample = generate_once(load_export(out, fmt, base), options)
+def verify_export(
+    out: Path, fmt: str, base: Path, options: VerifyOptions = VerifyOptions(), *,
+    base_transformer: Callable[[], torch.nn.Module] | None = None,
+) -> dict[str, Any]:
+    sample = generate_once(load_export(out, fmt, base, base_transformer), options)
     return {"shape": list(sample.shape), **check_sample(sample), "steps": options.steps}

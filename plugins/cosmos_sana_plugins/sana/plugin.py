@@ -13,5 +13,6 @@ def cosmos_sana_models() -> list[ModelSpec]:
             description="SANA and SANA-Video (diffusers pipelines) for cosmos-rl: device-agnostic, text mask in "
             "training, CHI option, PEFT LoRA adapters, samplers with log-probs",
             pipeline_classes=("SanaPipeline", "SanaVideoPipeline"),
+            native_loader="cosmos_sana_plugins.sana.native_checkpoint:load_native_transformer",
         )
     ]

@@ -1,0 +1,118 @@
+"""Replace an export folder so that the previous export survives any failure, ``kill -9`` included.
+
+An export to ``<out>`` goes through these steps:
+
+1. :func:`recover_output` puts back what an earlier, interrupted export left (below);
+2. the new export is written into a sibling ``<out>.staging-<pid>-<token>`` and completed there
+   (manifest, then the ``COMPLETE`` marker) — a failure removes it; ``<out>`` is not touched;
+3. :func:`swap_in`: rename ``<out>`` → ``<out>.old-<pid>-<token>``, then the staging folder → ``<out>``;
+4. the old copy loses its ``COMPLETE`` marker, then is deleted.
+
+What a process killed at any point leaves, and what the next export (or :func:`recover_output`) does:
+
+* during 1–2, or before the first rename of 3: ``<out>`` untouched; a stale staging folder, removed;
+* between the two renames of 3: no ``<out>``; the previous export, complete, at ``<out>.old-*`` — it is
+  renamed back to ``<out>`` (the unpublished staging folder is removed); until then it is readable there;
+* during 4: ``<out>`` is the new export; the partly deleted ``.old-*`` (no marker) is removed.
+
+Renames are atomic because every sibling shares ``<out>``'s parent folder (one file system). Folders
+are told apart by the process id in their name: leftovers of a process still running on this host are
+left alone. Nothing is flushed to disk: this protects against the process dying, not the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from cosmos_sana.checkpoint.layout import COMPLETE_MARKER, is_complete
+from cosmos_sana.log import get_logger
+
+logger = get_logger(__name__)
+
+STAGING_TAG = ".staging-"
+OLD_TAG = ".old-"
+
+
+def _sibling(out: Path, tag: str) -> Path:
+    return out.with_name(f"{out.name}{tag}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _leftovers(out: Path, tag: str) -> list[Path]:
+    """``<out><tag><pid>-<token>`` folders of processes no longer running."""
+    if not out.parent.is_dir():
+        return []
+    prefix = f"{out.name}{tag}"
+    found = []
+    for path in out.parent.iterdir():
+        if not path.name.startswith(prefix):
+            continue
+        pid, sep, token = path.name[len(prefix):].partition("-")
+        if pid.isdigit() and sep and token and not _running(int(pid)):
+            found.append(path)
+    return found
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process has none in flight when it recovers
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(folder: Path) -> None:
+    """Unmark first, so an interrupted removal never leaves a marked but partial folder."""
+    (folder / COMPLETE_MARKER).unlink(missing_ok=True)
+    shutil.rmtree(folder)
+
+
+def recover_output(out: str | Path) -> Path | None:
+    """Undo what an interrupted export of ``out`` left: a previous export moved aside comes back
+    to ``out`` (returned), staging folders and old copies are removed."""
+    out = Path(out)
+    restored = None
+    olds = _leftovers(out, OLD_TAG)
+    if not out.exists():
+        complete = [p for p in olds if is_complete(p)]
+        if complete:
+            restored = max(complete, key=lambda p: (p / COMPLETE_MARKER).stat().st_mtime)
+            os.rename(restored, out)
+            olds.remove(restored)
+            logger.warning("restored the previous export %s from %s (an export was interrupted)", out, restored.name)
+    for path in olds + _leftovers(out, STAGING_TAG):
+        logger.info("removing %s, left by an interrupted export", path)
+        _remove(path)
+    return out if restored is not None else None
+
+
+def new_staging(out: Path) -> Path:
+    staging = _sibling(out, STAGING_TAG)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def discard(staging: Path) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def swap_in(staging: Path, out: Path) -> None:
+    """Make the complete folder ``staging`` the new ``out``; the previous ``out`` is deleted afterwards."""
+    old = None
+    if out.exists():
+        old = _sibling(out, OLD_TAG)
+        os.rename(out, old)
+    try:
+        os.rename(staging, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        _remove(old)

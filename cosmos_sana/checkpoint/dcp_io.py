@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import io
 import math
+import pickle
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import ReadItem
 from torch.distributed.tensor import DTensor
 
@@ -81,6 +83,91 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         super().load_bytes(read_item, value)
 
 
+#: the only globals a DCP ``.metadata`` pickle may name: DCP's own metadata records and the
+#: plain values inside them (shapes, dtypes, layouts, memory formats, the checkpoint path)
+_METADATA_GLOBALS = {
+    ("torch.distributed.checkpoint.metadata", name)
+    for name in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
+                 "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")
+} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("collections", "OrderedDict"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+}
+
+
+class _RefusedGlobal(pickle.UnpicklingError):
+    """A pickle named a global outside the allow-list."""
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles a DCP ``.metadata`` admitting only :data:`_METADATA_GLOBALS` and torch dtypes;
+    any other global (``os.system``, a class with a hostile ``__reduce__``…) is refused unloaded."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _METADATA_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise _RefusedGlobal(f"global {module}.{name} is not DCP checkpoint metadata")
+
+
+def read_metadata_file(path: str | Path) -> Metadata:
+    """The DCP ``Metadata`` pickled in ``path``, read with :class:`_MetadataUnpickler`.
+
+    torch's ``FileSystemReader`` unpickles this file with plain ``pickle``, so a crafted
+    ``.metadata`` would run code on load; this never does. Storage entries must name data
+    files inside the checkpoint folder.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            metadata = _MetadataUnpickler(handle).load()
+    except _RefusedGlobal as exc:
+        raise CheckpointError(f"{path}: refused to load checkpoint metadata ({exc})") from exc
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read checkpoint metadata ({exc})") from exc
+    except Exception as exc:  # truncated or corrupt pickles raise many kinds of errors
+        raise CheckpointError(f"{path}: corrupt checkpoint metadata ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(metadata, Metadata):
+        raise CheckpointError(f"{path}: not DCP checkpoint metadata (holds a {type(metadata).__name__})")
+    for info in (metadata.storage_data or {}).values():
+        relative = getattr(info, "relative_path", None)
+        if not isinstance(relative, str) or not relative or Path(relative).name != relative or relative in (".", ".."):
+            raise CheckpointError(f"{path}: names data file {relative!r} outside its checkpoint folder")
+    return metadata
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """torch's ``FileSystemReader`` with ``.metadata`` read by :func:`read_metadata_file`.
+
+    Every DCP read in this package goes through it; tensors themselves are read by torch
+    with ``weights_only=True`` and other entries are checked by :class:`SafeLoadPlanner`.
+    """
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        metadata = read_metadata_file(self._get_metadata_path(kwargs.get("rank")))
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def read_metadata(folder: str | Path) -> Metadata:
+    """The DCP metadata of the checkpoint folder ``folder`` (safely unpickled)."""
+    folder = Path(folder)
+    if not (folder / METADATA_FILE).is_file():
+        raise CheckpointError(f"{folder}: not a DCP checkpoint (no {METADATA_FILE})")
+    return read_metadata_file(folder / METADATA_FILE)
+
+
 def _tensors(state: Any) -> Iterator[torch.Tensor]:
     if isinstance(state, torch.Tensor):
         yield state.to_local() if isinstance(state, DTensor) else state
@@ -124,10 +211,7 @@ def save_state(state: Mapping[str, Any], path: str | Path, *, chunk_bytes: int |
 
 def stored_keys(path: str | Path) -> set[str]:
     """Flattened keys stored in the DCP folder ``path`` (``a.b.c`` for nested dicts)."""
-    path = Path(path)
-    if not (path / METADATA_FILE).is_file():
-        raise CheckpointError(f"{path}: not a DCP checkpoint (no {METADATA_FILE})")
-    return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+    return set(read_metadata(path).state_dict_metadata)
 
 
 def load_state(state: dict[str, Any], path: str | Path) -> None:
@@ -136,7 +220,7 @@ def load_state(state: dict[str, Any], path: str | Path) -> None:
     stored = stored_keys(path)
     try:
         with _single_process_quiet():
-            dcp.load(state, storage_reader=FileSystemReader(str(path)), planner=SafeLoadPlanner(), no_dist=not is_distributed())
+            dcp.load(state, storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner(), no_dist=not is_distributed())
     except CheckpointError:
         raise
     except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
             args.source, args.out, base=args.base, chunk_size=args.chunk_size,
             dtype=getattr(torch, args.dtype) if args.dtype else None, native_use_ema=args.native_ema,
         )
-    except (CheckpointError, ValueError, OSError) as exc:
+    except (CheckpointError, RuntimeError, ValueError, OSError) as exc:  # RuntimeError: a native checkpoint's error
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {out}")

@@ -167,9 +167,15 @@ def _torch_load(path: Path) -> Any:
                     raise
                 return torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
         except pickle.UnpicklingError as exc:
-            raise NativeCheckpointError(f"{path}: refused to unpickle a non-tensor object ({exc})") from exc
+            raise NativeCheckpointError(f"{path}: refused to unpickle a non-tensor object ({_refusal(exc)})") from exc
         except (RuntimeError, EOFError) as exc:
             raise NativeCheckpointError(f"{path}: not a readable torch checkpoint ({exc})") from exc
+
+
+def _refusal(exc: Exception) -> str:
+    """The line of torch's weights-only refusal that names the global, else the whole message."""
+    text = str(exc)
+    return next((line.strip() for line in text.splitlines() if "Unsupported global" in line), text)
 
 
 def _pick_state_dict(data: Any, path: Path, use_ema: bool) -> dict[str, torch.Tensor]:

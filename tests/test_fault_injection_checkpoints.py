@@ -208,3 +208,17 @@ def test_damaged_checkpoint_resume_names_the_file(
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(checkpoint, {"model": ModelState(transformer_of(tiny_image_pipeline_dir))})
     assert str(checkpoint / named) in str(info.value) and words in str(info.value)
+
+
+def test_every_dcp_read_goes_through_the_safe_reader() -> None:
+    """Not a fault case: no module outside ``dcp_io`` builds torch's stock reader or unpickles freely."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    risky = re.compile(r"FileSystemReader\(|pickle\.loads?\(|weights_only\s*=\s*False")
+    found = [f"{path.relative_to(root)}:{number}"
+             for folder in ("cosmos_sana", "plugins")
+             for path in sorted((root / folder).rglob("*.py")) if path.name != "dcp_io.py"
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if risky.search(line)]
+    assert not found, f"unsafe checkpoint reads: {found}"

@@ -14,6 +14,7 @@ from pydantic import Field
 from cosmos_sana.config.base import ComponentRef, StrictModel
 from cosmos_sana.config.checkpoint import CheckpointOptions
 from cosmos_sana.config.data import DataRef
+from cosmos_sana.config.guards import GuardOptions
 from cosmos_sana.config.logging import LoggingOptions
 from cosmos_sana.config.model import ModelOptions
 from cosmos_sana.config.reward import RewardRef, RewardRuntime
@@ -39,6 +40,7 @@ class SanaCustomConfig(StrictModel):
     trainer: TrainerOptions = Field(default_factory=TrainerOptions)
     checkpoint: CheckpointOptions = Field(default_factory=CheckpointOptions)
     logging: LoggingOptions = Field(default_factory=LoggingOptions)
+    guards: GuardOptions = Field(default_factory=GuardOptions)
 
 
 def wants_cosmos_sana(config: dict[str, Any]) -> bool:
@@ -54,6 +56,7 @@ __all__ = [
     "RolloutOptions",
     "TrainerOptions",
     "DataRef",
+    "GuardOptions",
     "ModelOptions",
     "PACKAGE_MARKER",
     "RewardRef",

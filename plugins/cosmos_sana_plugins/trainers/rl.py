@@ -25,6 +25,7 @@ from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.sana.text import TextConditioning
 from cosmos_sana_plugins.trainers import losses
 from cosmos_sana_plugins.trainers.base import SanaTrainer
+from cosmos_sana_plugins.trainers.guards import RolloutGuards
 from cosmos_sana_plugins.trainers.policies import RLPolicies
 from cosmos_sana_plugins.trainers.runlog import summarize
 
@@ -123,6 +124,7 @@ class SanaRLTrainer(SanaTrainer):
             evaluation_weights=self.ema_weights,
         )
         self.model.rl_policies = self.policies  # the colocated rollout samples through it
+        self.guards = RolloutGuards(self.settings.guards, self.device)
 
     # ------------------------------------------------------------------ subclass API
     def loss_terms(self, batch: RolloutBatch, index: torch.Tensor, step: torch.Tensor, adv: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -160,6 +162,11 @@ class SanaRLTrainer(SanaTrainer):
         self.ensure_lr_schedulers(total_steps)
         cfg, tp = self.config.policy.diffusers, self.config.train.train_policy
         batch = RolloutBatch.collate(rollouts, self.device)
+        guard_metrics = self.guards.measure(batch.completions)
+        tripped = self.guards.check(guard_metrics, current_step)
+        if tripped is not None:  # stop before the step trains or saves anything
+            self.run_log.log(current_step, {**summarize("reward", batch.rewards.tolist()), **guard_metrics}, total_steps)
+            raise tripped
         adv = losses.group_advantages(batch.rewards, batch.group_ids, global_std=cfg.sample.global_std)
         adv = adv.clamp(tp.advantage_low, tp.advantage_high)
         per_opt = min(tp.batch_size_per_optimize or batch.size, batch.size)
@@ -199,6 +206,7 @@ class SanaRLTrainer(SanaTrainer):
         report.update({"train/loss_avg": report["train/loss"], "train/loss_max": loss_max})
         report["train/grad_norm"] = report["optimizer/grad_norm"]
         report.update(summarize("reward", batch.rewards.tolist()))
+        report.update(guard_metrics)
         for name, values in batch.components.items():
             report.update(summarize(f"reward/{name}", values))
         report["train/advantage_abs_mean"] = adv.abs().mean().item()

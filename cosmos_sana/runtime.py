@@ -34,9 +34,15 @@ def component_params(registry: PluginRegistry, kind: str, ref: ComponentRef, whe
 
 
 def dataset_factory(registry: PluginRegistry, field: str) -> Callable[[Any], Any] | None:
-    """A ``Config -> Dataset`` factory for ``[custom.<field>]`` (data / val_data)."""
+    """A ``Config -> Dataset`` factory for ``[custom.<field>]`` (data / val_data).
+
+    The validation dataset is not built at all when ``[validation] enable`` is false, so a
+    missing validation folder cannot stop a run that never validates.
+    """
 
     def build(cosmos_config: Any) -> Any:
+        if field == "val_data" and not validation_enabled(cosmos_config):
+            return None
         settings = settings_of(cosmos_config)
         ref = getattr(settings, field)
         if ref is None:
@@ -46,6 +52,13 @@ def dataset_factory(registry: PluginRegistry, field: str) -> Callable[[Any], Any
         return spec.load()(params, cosmos_config=cosmos_config, on_bad_sample=ref.on_bad_sample)
 
     return build
+
+
+def validation_enabled(cosmos_config: Any) -> bool:
+    """``[validation] enable`` of a cosmos-rl ``Config`` or a raw TOML dict (cosmos-rl's default: off)."""
+    if isinstance(cosmos_config, dict):
+        return bool(cosmos_config.get("validation", {}).get("enable", False))
+    return bool(cosmos_config.validation.enable)
 
 
 def data_packer_factory(registry: PluginRegistry, name: str) -> Callable[[Any], Any]:

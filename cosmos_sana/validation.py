@@ -6,8 +6,13 @@ Checks what cosmos-rl itself lets through:
   instead of ``timesteps_fraction``), with a "did you mean" hint;
 * values outside the ``choices`` its fields document but never enforce;
 * cosmos-rl's own type and consistency errors, with their key paths;
+* values its types let through (:mod:`cosmos_sana.value_rules`: ``epoch = 0``, ``optm_lr = nan``,
+  ``mini_batch = 0``, ...) and non-finite numbers anywhere;
 * our ``[custom]`` table (``extra="forbid"`` everywhere) and every plugin
-  component's ``args`` against that component's params model.
+  component's ``args`` against that component's params model;
+* on request, the local paths it names (:mod:`cosmos_sana.local_paths`).
+
+Every problem is reported in one pass, each with its key path.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from cosmos_sana.config import SanaCustomConfig, wants_cosmos_sana
+from cosmos_sana.config import PACKAGE_MARKER, SanaCustomConfig, wants_cosmos_sana
 from cosmos_sana.plugin_manager import PluginError, PluginRegistry
 
 
@@ -229,6 +234,8 @@ def check_components(settings: SanaCustomConfig, registry: PluginRegistry) -> li
         if ref is not None:
             refs.append(("dataset", f"custom.{field}", ref))
     refs.extend(("reward", f"custom.rewards[{i}]", ref) for i, ref in enumerate(settings.rewards))
+    holdout = settings.guards.holdout_rewards
+    refs.extend(("reward", f"custom.guards.holdout_rewards[{i}]", ref) for i, ref in enumerate(holdout))
     issues = []
     for kind, where, ref in refs:
         try:
@@ -238,9 +245,10 @@ def check_components(settings: SanaCustomConfig, registry: PluginRegistry) -> li
     return issues
 
 
-def check_trainer(data: dict[str, Any], registry: PluginRegistry) -> list[Issue]:
+def check_trainer(data: dict[str, Any], registry: PluginRegistry, values_ok: bool = True) -> list[Issue]:
     """cosmos-rl's policy-worker start-up check, then the selected plugin trainer's own
-    ``check_config`` (settings it cannot honour)."""
+    ``check_config`` (settings it cannot honour). Arithmetic errors (a division by a zero batch)
+    are dropped when the value rules have already named the bad key (``values_ok`` false)."""
     from cosmos_sana.compat.cosmos_rl import (
         DIFFUSERS_SFT_PREFIX,
         check_policy_worker_config,
@@ -254,6 +262,8 @@ def check_trainer(data: dict[str, Any], registry: PluginRegistry) -> list[Issue]
     register_all(registry)
     try:
         check_policy_worker_config(cosmos_config_class().model_validate(copy.deepcopy(data)))
+    except ArithmeticError as exc:
+        return [] if not values_ok else [Issue("train", f"cosmos-rl's policy worker would fail on this config: {exc}")]
     except ValueError as exc:
         return [Issue("train", f"cosmos-rl's policy worker would refuse this config: {exc}")]
     wanted = {key, f"{DIFFUSERS_SFT_PREFIX}{key}"}  # cosmos-rl's SFT path prefixes the key
@@ -264,29 +274,95 @@ def check_trainer(data: dict[str, Any], registry: PluginRegistry) -> list[Issue]
                 return []
             try:
                 check(cosmos_config_class().model_validate(copy.deepcopy(data)))
+            except ArithmeticError as exc:
+                return [] if not values_ok else [Issue(f"trainer {key!r}", f"fails on this config: {exc}")]
             except ValueError as exc:
                 return [Issue(f"trainer {key!r}", str(exc))]
     return []
 
 
+# ---------------------------------------------------------------- values and paths
+
+
+def upstream_default(key: str, data: dict[str, Any]) -> Any:
+    """cosmos-rl's default of a dotted key (through the ``train_policy`` variant ``data`` picks)."""
+    from cosmos_sana.compat.cosmos_rl import cosmos_config_class
+
+    model: type[BaseModel] | None = cosmos_config_class()
+    node: Any = data
+    parts = key.split(".")
+    for index, part in enumerate(parts):
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            return None
+        if index == len(parts) - 1:
+            return field.get_default(call_default_factory=True)
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+        models = _model_classes(field.annotation)
+        model = _pick_variant(models, node) if models else None
+        if model is None and models:
+            model = models[0]
+    return None
+
+
+def check_values(data: dict[str, Any], ours: bool) -> list[Issue]:
+    """Values pydantic's types let through: non-finite numbers anywhere, the bounds of
+    :data:`cosmos_sana.value_rules.RULES`, rules between keys and, for a local model, the image grid."""
+    from cosmos_sana import local_paths, value_rules
+
+    found = value_rules.rule_issues(data)
+    if ours:
+        found += value_rules.relation_issues(data, lambda key: upstream_default(key, data))
+    found += local_paths.inference_size_issues(data)
+    return [Issue(path, message) for path, message in found]
+
+
+def check_paths(data: dict[str, Any]) -> list[Issue]:
+    from cosmos_sana.local_paths import path_issues
+
+    return [Issue(path, message) for path, message in path_issues(data)]
+
+
+def check_package(data: dict[str, Any]) -> list[Issue]:
+    """A ``[custom]`` table that names no package or another one: without the marker nothing in
+    ``[custom]`` would be checked, and cosmos-sana would not load at launch."""
+    custom = data.get("custom")
+    if not isinstance(custom, dict):
+        return []
+    if "package" not in custom:
+        return [Issue("custom.package", f'missing: set package = "{PACKAGE_MARKER}" to use cosmos-sana')]
+    return [Issue("custom.package", f'{custom["package"]!r} is not a known package; cosmos-sana recipes say '
+                                    f'package = "{PACKAGE_MARKER}"')]
+
+
 # ---------------------------------------------------------------- whole file
 
 
-def validate_data(data: dict[str, Any], registry: PluginRegistry | None) -> list[Issue]:
-    issues = check_upstream(data)
-    if wants_cosmos_sana(data):
-        issues.extend(check_custom(data, registry))
-        if not issues and registry is not None:
-            issues.extend(check_trainer(data, registry))
-    elif "custom" in data and isinstance(data["custom"], dict) and "package" not in data["custom"]:
-        issues.append(Issue("custom.package", 'missing: set package = "cosmos-sana" to use cosmos-sana'))
+def validate_data(data: dict[str, Any], registry: PluginRegistry | None, paths: bool = False) -> list[Issue]:
+    """Every problem of a TOML dict; with ``paths``, also the local files it names that are missing."""
+    structural = check_upstream(data)
+    ours = wants_cosmos_sana(data)
+    if ours:
+        structural.extend(check_custom(data, registry))
+    else:
+        structural.extend(check_package(data))
+    seen = {issue.path for issue in structural}
+    values = [issue for issue in check_values(data, ours) if issue.path not in seen]
+    issues = structural + values
+    if paths:
+        issues.extend(check_paths(data))
+    if ours and not structural and registry is not None:
+        trainer = check_trainer(data, registry, values_ok=not values)
+        issues.extend(issue for issue in trainer if issue not in issues)
     return issues
 
 
-def validate_file(path: str | Path, overrides: Iterable[str] = (), registry: PluginRegistry | None = None) -> dict:
-    """Validated TOML data (overrides applied); raises :class:`ConfigInvalid`."""
+def validate_file(
+    path: str | Path, overrides: Iterable[str] = (), registry: PluginRegistry | None = None, paths: bool = False
+) -> dict:
+    """Validated TOML data (overrides applied); raises :class:`ConfigInvalid` listing every problem."""
     data = load_toml(path, overrides)
-    issues = validate_data(data, registry)
+    issues = validate_data(data, registry, paths)
     if issues:
         raise ConfigInvalid(str(path), issues)
     return data

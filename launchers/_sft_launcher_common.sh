@@ -6,10 +6,13 @@
 # this file with "$@".
 #
 # Usage of every launcher:
-#   launchers/launch_sft_<recipe>.sh [--dry-run] [-- key.path=value ...]
+#   launchers/launch_sft_<recipe>.sh [--dry-run | --dryrun] [-- key.path=value ...]
 #
 # Environment (exported values override the defaults):
 #   DATASET_PATH            training data (folder, .jsonl, .zip; RL prompts may be builtin:NAME) -> DATASET_KEY
+#   REAL_DATA_PATH          DDRL only (its launcher defaults it): real images for the data term -> custom.real_data.args.path
+#   VAL_DATASET_PATH        optional: validation data (used when the recipe's [validation] enable = true)
+#                                                                                -> custom.val_data.args.path
 #   BASE_CHECKPOINT_PATH    diffusers pipeline folder (model_index.json)         -> policy.model_name_or_path
 #   INIT_DCP_PATH           optional: `cosmos-sana convert-to-dcp` output        -> custom.checkpoint.init_from
 #   NATIVE_CHECKPOINT_PATH  optional: native SANA transformer (.pth, hf://...)   -> custom.model.native_checkpoint
@@ -18,7 +21,8 @@
 #   NPROC_PER_NODE (8), NNODES (1), NODE_RANK (0), MASTER_ADDR, MASTER_PORT (8000, cosmos-rl controller),
 #   RDZV_PORT (29345), NODE_IP_LIST ("ip0;ip1;..." for NNODES > 1)
 #   TOML_FILE, DATASET_KEY  the recipe (default toml/<RECIPE>.toml) and the key DATASET_PATH goes to
-#   DRY_RUN=1               validate and write the resolved config only (same as --dry-run)
+#   DRY_RUN=1               validate and write the resolved config only (same as --dry-run; --dryrun is
+#                           cosmos-framework's spelling of it)
 #   COSMOS_SANA, COSMOS_RL  commands to run (default: cosmos-sana, cosmos-rl on PATH)
 
 set -euo pipefail
@@ -33,6 +37,27 @@ die() {
 
 usage() {
   sed -n '/^# Usage of every launcher:/,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+# The first exception line of each controller/worker log this launch wrote (cosmos-rl's --log-dir
+# keeps them in $LOG_DIR/logs_latest/{controller,policy_N,rollout_N}.log): a failed run's cause is
+# there, while cosmos-rl itself only reports an exit status.
+print_root_cause() {
+  local dir=$LOG_DIR/logs_latest log hit found=0 logs=()
+  local pattern='^(\[[^]]*\]:?[[:space:]]*)*([A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(Error|Exception)(:.*)?$'
+  logs=("$dir/controller.log")
+  for log in "$dir"/*.log; do
+    [[ $log == "$dir/controller.log" ]] || logs+=("$log")
+  done
+  for log in "${logs[@]}"; do
+    [[ -f $log && $log -nt $RESOLVED_TOML ]] || continue # written by this launch
+    hit=$(grep -m1 -nE "$pattern" "$log" || true)
+    if [[ -n $hit ]]; then
+      echo "$LAUNCHER_NAME: first error in $(readlink -f -- "$log"):${hit%%:*}: ${hit#*:}" >&2
+      found=1
+    fi
+  done
+  ((found)) || echo "$LAUNCHER_NAME: no exception found in this launch's controller/worker logs ($dir)" >&2
 }
 
 abspath() {
@@ -57,7 +82,7 @@ require_int() {
 USER_OVERRIDES=()
 while (($# > 0)); do
   case $1 in
-    --dry-run) DRY_RUN=1 ;;
+    --dry-run | --dryrun) DRY_RUN=1 ;;
     -h | --help)
       usage
       exit 0
@@ -111,7 +136,7 @@ RESOLVED_TOML=$RUN_DIR/$STEM.resolved.toml
 command -v "$COSMOS_SANA" >/dev/null ||
   die "'$COSMOS_SANA' not on PATH: install the package (pip install -e . in $REPO_ROOT) or activate its environment"
 [[ $DATASET_PATH == builtin:* || -e $DATASET_PATH ]] ||
-  die "DATASET_PATH=$DATASET_PATH does not exist: export DATASET_PATH=<your data> (layouts: README 'Data'; check it with: $COSMOS_SANA data $DATASET_PATH)"
+  die "DATASET_PATH=$DATASET_PATH does not exist: export DATASET_PATH=<your data> (layouts: README 'Data'; check it with: $COSMOS_SANA data check $DATASET_PATH)"
 [[ -f $BASE_CHECKPOINT_PATH/model_index.json ]] ||
   die "BASE_CHECKPOINT_PATH=$BASE_CHECKPOINT_PATH is not a diffusers pipeline folder (no model_index.json): download the pipeline (huggingface-cli download <repo> --local-dir DIR) or build a tiny one with '$COSMOS_SANA make-tiny --out DIR', then export BASE_CHECKPOINT_PATH=DIR"
 
@@ -123,6 +148,20 @@ CONFIG_SETS=(
 )
 if [[ ${LAUNCH_KIND:-sft} == rl ]]; then  # colocated RL: the rollout shares the policy's GPUs
   CONFIG_SETS+=("rollout.parallelism.dp_shard_size=$((NPROC_PER_NODE * NNODES))")
+fi
+
+if [[ -n ${VAL_DATASET_PATH:-} ]]; then
+  VAL_DATASET_PATH=$(abspath "$VAL_DATASET_PATH")
+  [[ -e $VAL_DATASET_PATH ]] ||
+    die "VAL_DATASET_PATH=$VAL_DATASET_PATH does not exist: export VAL_DATASET_PATH=<your validation data> (check it with: $COSMOS_SANA data check $VAL_DATASET_PATH), or pass -- validation.enable=false"
+  CONFIG_SETS+=("custom.val_data.args.path=$(toml_str "$VAL_DATASET_PATH")")
+fi
+
+if [[ -n ${REAL_DATA_PATH:-} ]]; then
+  REAL_DATA_PATH=$(abspath "$REAL_DATA_PATH")
+  [[ -e $REAL_DATA_PATH ]] ||
+    die "REAL_DATA_PATH=$REAL_DATA_PATH does not exist: export REAL_DATA_PATH=<image/caption pairs for DDRL's data term> (layouts: README 'Data'; check it with: $COSMOS_SANA data check $REAL_DATA_PATH)"
+  CONFIG_SETS+=("custom.real_data.args.path=$(toml_str "$REAL_DATA_PATH")")
 fi
 
 if [[ -n ${INIT_DCP_PATH:-} ]]; then
@@ -181,5 +220,6 @@ set +e
 "${LAUNCH[@]}" 2>&1 | tee -a "$LOG_FILE"
 STATUS=${PIPESTATUS[0]}
 set -e
+((STATUS == 0)) || print_root_cause
 echo "$LAUNCHER_NAME: trainer exited with status $STATUS (log: $LOG_FILE)" >&2
 exit "$STATUS"

@@ -85,7 +85,9 @@ def test_auto_format_for_jsonl(tmp_path):
 
 
 def test_unknown_builtin_and_missing_file(tmp_path):
-    with pytest.raises(DatasetError, match="unknown builtin prompt set 'nope'"):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="unknown builtin prompt set 'nope'"):  # refused with the args
         _prompts("builtin:nope")
     with pytest.raises(DatasetError, match="no such prompt file"):
         _prompts(tmp_path / "absent.txt")

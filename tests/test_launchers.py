@@ -35,16 +35,19 @@ def workspace(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "data").mkdir()
     (tmp_path / "base").mkdir()
     (tmp_path / "base" / "model_index.json").write_text('{"_class_name": "SanaPipeline", "vae": ["diffusers", "AutoencoderDC"]}')
+    (tmp_path / "base" / "vae").mkdir()
     fake = tmp_path / "bin" / "cosmos-rl"
     fake.parent.mkdir()
     fake.write_text(FAKE_COSMOS_RL)
     fake.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in {"DATASET_PATH", "BASE_CHECKPOINT_PATH", "OUTPUT_ROOT", "DRY_RUN"}}
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DATASET_PATH", "VAL_DATASET_PATH", "BASE_CHECKPOINT_PATH", "OUTPUT_ROOT", "DRY_RUN"}}
     env.update(
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
         COSMOS_RL=str(fake),
         FAKE_MARK=str(tmp_path / "cosmos-rl-ran"),
         DATASET_PATH="data",
+        VAL_DATASET_PATH="data",
         BASE_CHECKPOINT_PATH="base",
         NPROC_PER_NODE="2",
     )
@@ -115,6 +118,7 @@ def test_dry_run_resolves_env_and_overrides_without_launching(workspace: dict[st
     assert resolved["train"]["output_dir"] == str(run_dir)
     assert resolved["policy"]["model_name_or_path"] == str(tmp_path / "base")
     assert resolved["custom"]["data"]["args"]["path"] == str(tmp_path / "data")
+    assert resolved["custom"]["val_data"]["args"]["path"] == str(tmp_path / "data")
     assert resolved["policy"]["parallelism"]["dp_shard_size"] == 2  # NPROC_PER_NODE=2 overrides the default 8
 
 
@@ -132,3 +136,42 @@ def test_validation_failure_stops_the_launch(workspace: dict[str, str], tmp_path
     result = launch(IMAGE_SFT, fake_validate(workspace, tmp_path, status=1), tmp_path)
     assert result.returncode != 0 and "does not validate" in result.stderr
     assert not (tmp_path / "cosmos-rl-ran").exists()
+
+
+def test_dry_run_refuses_missing_validation_data_only_when_validation_is_on(workspace, tmp_path: Path) -> None:
+    """The recipe's default ``data/sft/val`` is missing here: the dry run says so (the launch used to
+    die in the workers instead); with validation off the same data is fine."""
+    env = {k: v for k, v in workspace.items() if k != "VAL_DATASET_PATH"}
+    result = launch(IMAGE_SFT, env, tmp_path, "--dry-run")
+    assert result.returncode != 0
+    assert f"custom.val_data.args.path: 'data/sft/val' does not exist (relative to {tmp_path})" in result.stdout
+    result = launch(IMAGE_SFT, env, tmp_path, "--dry-run", "--", "validation.enable=false")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+FAILING_COSMOS_RL = """#!/usr/bin/env bash
+while (($# > 0)); do [[ $1 == --log-dir ]] && dir=$2; shift; done
+mkdir -p "$dir/logs_1"
+ln -sfn logs_1 "$dir/logs_latest"
+printf 'controller up\nworker exited\n' > "$dir/logs_1/controller.log"
+printf '%s\n' 'loading model' 'Traceback (most recent call last):' '  File "x.py", line 1, in <module>' \
+  '[rank0]: FileNotFoundError: [Errno 2] No such file: data/sft/val' 'RuntimeError: later noise' > "$dir/logs_1/policy_0.log"
+exit 1
+"""
+
+
+def test_a_failed_launch_prints_the_first_error_of_each_log(workspace: dict[str, str], tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "cosmos-rl"
+    fake.write_text(FAILING_COSMOS_RL)
+    result = launch(IMAGE_SFT, fake_validate(workspace, tmp_path, status=0), tmp_path)
+    assert result.returncode == 1
+    logs = tmp_path / "outputs" / "train" / "sana-image-sft" / "logs" / "logs_1"
+    assert (f"first error in {logs / 'policy_0.log'}:4: [rank0]: FileNotFoundError: [Errno 2] No such file: "
+            "data/sft/val") in result.stderr
+    assert "later noise" not in result.stderr and "controller.log" not in result.stderr
+    assert "trainer exited with status 1" in result.stderr
+
+
+def test_launcher_hint_names_the_data_check_command(workspace: dict[str, str], tmp_path: Path) -> None:
+    result = launch(IMAGE_SFT, {**workspace, "DATASET_PATH": "nope"}, tmp_path, "--dry-run")
+    assert f"check it with: cosmos-sana data check {tmp_path}/nope" in result.stderr

@@ -20,7 +20,7 @@ mode = "colocated"
 [train]
 output_dir = "{out}"
 [train.train_policy]
-type = "grpo"
+type = "sft"
 [policy]
 model_name_or_path = "/models/sana"
 [policy.parallelism]

@@ -1,11 +1,12 @@
-"""``cosmos-sana validate FILE.toml``: strict check of a recipe; builds nothing, touches no GPU."""
+"""``cosmos-sana validate FILE.toml``: strict check of a recipe's keys, values and local paths;
+builds nothing, touches no GPU."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-HELP = "check a recipe TOML strictly (cosmos-rl sections and [custom]); exit 1 on any issue"
+HELP = "check a recipe TOML strictly (keys, values, local paths); exit 1 listing every issue"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,7 +15,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a key before validating (TOML value syntax), e.g. train.epoch=2",
     )
-    parser.add_argument("--dump", metavar="PATH", help="write the resolved TOML (secrets masked) here")
+    parser.add_argument(
+        "--dump", metavar="PATH",
+        help="write the resolved TOML here exactly as it will run (nothing masked; readable by the owner only)",
+    )
+    parser.add_argument(
+        "--no-path-check", dest="paths", action="store_false",
+        help="skip checking that local paths exist (model, data, init_from, native checkpoint), "
+        "e.g. for a recipe meant for another machine",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,14 +38,14 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.toml:
         try:
-            data = validate_file(path, args.overrides, registry)
+            data = validate_file(path, args.overrides, registry, paths=args.paths)
         except ConfigInvalid as exc:
             failed += 1
-            print(str(exc), file=sys.stderr)
+            print(_shown(str(exc), path, args.overrides), file=sys.stderr)
             print(f"{path}: INVALID ({len(exc.issues)} issue{'s' if len(exc.issues) != 1 else ''})", file=sys.stderr)
             continue
         except ValueError as exc:  # a malformed --set
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {_shown(str(exc), path, args.overrides)}", file=sys.stderr)
             return 2
         print(f"{path}: OK")
         if args.dump:
@@ -44,10 +53,27 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _shown(message: str, path: str, overrides: list[str]) -> str:
+    """``message`` with secrets masked: secret environment values, token-shaped text, and the
+    values the recipe (with its overrides) gives secret keys such as ``hf_token``."""
+    from cosmos_sana.redaction import redact_text, secret_config_values
+    from cosmos_sana.validation import ConfigInvalid, load_toml
+
+    try:
+        data = load_toml(path, overrides)
+    except (ConfigInvalid, ValueError, OSError):
+        data = {}
+    return redact_text(message, extra=secret_config_values(data))
+
+
 def _dump(data: dict, path: str) -> None:
+    """The resolved TOML the launcher runs: every value as given (a masked value would change the
+    run), created readable by its owner only since the recipe may hold credentials."""
+    import os
+
     import tomli_w
 
-    from cosmos_sana.redaction import redact
-
-    with open(path, "wb") as handle:
-        tomli_w.dump(redact(data), handle)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    with os.fdopen(fd, "wb") as handle:
+        tomli_w.dump(data, handle)

@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors, values are validated on assignment."""
+    """Unknown keys are errors, nan/inf are refused, values are validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
 
 class ComponentRef(StrictModel):

@@ -27,8 +27,7 @@ class CheckpointOptions(StrictModel):
     @field_validator("chunk_size")
     @classmethod
     def _size(cls, value: str) -> str:
-        if not SIZE_PATTERN.match(value):
-            raise ValueError(f"{value!r} is not a size like '5GB', '512MB' or '1048576'")
+        parse_size(value)  # a positive size like '5GB', '512MB' or '1048576'
         return value
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from cosmos_sana.config.base import StrictModel
 
@@ -31,6 +31,11 @@ class _MediaParams(StrictModel):
     )
     cache_model_id: str | None = Field(
         default=None, description="model id in the cache key; default policy.model_name_or_path"
+    )
+    allow_outside_root: bool = Field(
+        default=False,
+        description="read media and caption files whose symbolic links lead outside the dataset folder "
+        "(off: each such sample is refused by name)",
     )
 
     @model_validator(mode="after")
@@ -75,6 +80,16 @@ class PromptDataParams(StrictModel):
         "{prompt, ...metadata}; geneval: GenEval metadata records; auto: by builtin name or suffix "
         "(.txt → text, .jsonl → geneval when the first record has `include`, else jsonl)",
     )
+
+    @field_validator("path")
+    @classmethod
+    def _known_builtin(cls, value: str) -> str:
+        from cosmos_sana_plugins.datasets.prompts import BUILTIN  # prompts imports this module
+
+        name = value.removeprefix("builtin:")
+        if value.startswith("builtin:") and name not in BUILTIN:
+            raise ValueError(f"unknown builtin prompt set {name!r} (have {sorted(BUILTIN)})")
+        return value
 
 
 def config_value(cosmos_config: Any, dotted: str) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from cosmos_sana_plugins.trainers import losses
+from cosmos_sana_plugins.trainers.policies import OLD
 from cosmos_sana_plugins.trainers.rl import RolloutBatch, SanaRLTrainer
 
 
@@ -36,6 +37,12 @@ class SanaNFTTrainer(SanaRLTrainer):
         if tp.advantage_high <= 0:
             raise ValueError(f"train.train_policy.advantage_high (the NFT advantage clip) must be > 0, got {tp.advantage_high}")
         losses.weight_copy_decay(0, cfg.weight_copy_decay_type)  # rejects unknown types
+        lora = config.policy.lora
+        if lora is not None and OLD not in lora.lora_names:
+            raise ValueError(
+                f"policy.lora.lora_names = {lora.lora_names}: Diffusion-NFT keeps the old policy as a LoRA adapter "
+                f"named {OLD!r}; add it, e.g. lora_names = [\"default\", \"{OLD}\"]"
+            )
 
     def loss_terms(
         self, batch: RolloutBatch, index: torch.Tensor, step: torch.Tensor, adv: torch.Tensor

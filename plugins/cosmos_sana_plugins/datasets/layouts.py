@@ -179,12 +179,28 @@ def detect_layout(path: Path) -> str:
     raise DatasetError(f"{path}: not a dataset folder, .jsonl manifest or .zip archive")
 
 
+def outside_root(ref: SampleRef, root: Path) -> BadSampleError | None:
+    """An error naming the file of ``ref`` (media, caption, or the archive holding them) that
+    resolves, through symbolic links, outside the real path ``root``; None when all are inside."""
+    for source in (ref.media, ref.sidecar):
+        if source is None:
+            continue
+        real = source.path.resolve()
+        if not real.is_relative_to(root):
+            return BadSampleError(source.path, f"resolves to {real}, outside the dataset root {root} "
+                                  "(a symbolic link); set args.allow_outside_root = true to read it")
+    return None
+
+
 def discover(
-    path: Path, layout: str, modalities: tuple[Modality, ...], policy: BadSamplePolicy
+    path: Path, layout: str, modalities: tuple[Modality, ...], policy: BadSamplePolicy, *,
+    allow_outside_root: bool = False,
 ) -> tuple[list[SampleRef], int]:
     """Samples of ``modalities`` under ``path`` and the number of candidates looked at.
 
-    Bad candidates go to ``policy`` (raise under "fail", recorded under "skip").
+    Bad candidates go to ``policy`` (raise under "fail", recorded under "skip"). A sample whose
+    files lead outside the dataset (the folder, or the folder of a manifest or archive) through
+    symbolic links is bad unless ``allow_outside_root``.
     """
     resolved = detect_layout(path) if layout == "auto" else layout
     if not path.exists():
@@ -192,10 +208,14 @@ def discover(
     finders = {"folder": _folder, "sana_meta": _sana_meta, "jsonl": _jsonl, "zip": _zip}
     if resolved not in finders:
         raise DatasetError(f"{path}: unknown layout {resolved!r} (one of {sorted(finders)})")
+    real = path.resolve()
+    root = real if real.is_dir() else real.parent
     refs: list[SampleRef] = []
     candidates = 0
     for item in finders[resolved](path, modalities):
         candidates += 1
+        if not isinstance(item, BadSampleError) and not allow_outside_root:
+            item = outside_root(item, root) or item
         if isinstance(item, BadSampleError):
             policy.handle(item)
         else:
@@ -206,7 +226,7 @@ def discover(
 def _folder(root: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:
     if not root.is_dir():
         raise DatasetError(f"{root}: layout 'folder' needs a directory")
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
+    files = sorted(p for p in _files_under(root) if not _hidden(p.relative_to(root)))
     stems: dict[Path, list[Path]] = {}
     for file in files:
         stems.setdefault(file.with_suffix(""), []).append(file)
@@ -223,6 +243,21 @@ def _folder(root: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef 
                                  f"(looked for {', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)})")
         for archive in (f for f in group if f.suffix.lower() == ".zip"):
             yield from _zip(archive, modalities)
+
+
+def _files_under(root: Path) -> list[Path]:
+    """Every file below ``root``, entering linked folders too (each real folder once, so a link
+    cycle ends); :func:`discover` then refuses files that resolve outside the dataset."""
+    seen: set[str] = set()
+    files: list[Path] = []
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders.clear()
+            continue
+        seen.add(real)
+        files.extend(path for path in (Path(folder) / name for name in names) if path.is_file())
+    return files
 
 
 def _with_sidecar(root: Path, file: Path, sidecars: dict[str, Path]) -> SampleRef | BadSampleError:

@@ -42,7 +42,8 @@ class MediaDataset(Dataset, ABC):
         self.cache = cache
         self.decode_count = 0  # media decodes in this process (a cache hit decodes nothing)
         self._known_bad: set[int] = set()
-        self.refs, self.candidates = discover(Path(params.path), params.layout, (self.modality,), policy)
+        self.refs, self.candidates = discover(Path(params.path), params.layout, (self.modality,), policy,
+                                              allow_outside_root=params.allow_outside_root)
         policy.report_index(self.candidates)
 
     def require_samples(self) -> MediaDataset:

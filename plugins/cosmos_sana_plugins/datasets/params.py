@@ -37,6 +37,11 @@ class _MediaParams(StrictModel):
         description="read media and caption files whose symbolic links lead outside the dataset folder "
         "(off: each such sample is refused by name)",
     )
+    allow_outside_root: bool = Field(
+        default=False,
+        description="read media and caption files whose symbolic links lead outside the dataset folder "
+        "(off: each such sample is refused by name)",
+    )
 
     @model_validator(mode="after")
     def _positive_size(self) -> _MediaParams:

@@ -1,0 +1,314 @@
+"""A re-export never loses the previous export: failures (refused weights, failed ``--verify``) and
+``kill -9`` at any point leave it intact or recoverable, and ``--out`` may not overlap what export reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from cosmos_sana.checkpoint import ModelState, save_checkpoint
+from cosmos_sana.cli import main
+from cosmos_sana.export import export_checkpoint
+from cosmos_sana.export.swap import recover_output
+
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
+
+TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def siblings(out: Path) -> list[str]:
+    """Staging folders and moved-aside copies of ``out``."""
+    if not out.parent.is_dir():
+        return []
+    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f"{out.name}."))
+
+
+def stock(pipeline: Path) -> torch.nn.Module:
+    from diffusers import SanaTransformer2DModel
+
+    return SanaTransformer2DModel.from_pretrained(pipeline, subfolder="transformer").eval()
+
+
+def full_checkpoint(pipeline: Path, root: Path, edit: Callable[[torch.nn.Module], None] | None = None) -> Path:
+    transformer = stock(pipeline)
+    if edit is not None:
+        with torch.no_grad():
+            edit(transformer)
+    return save_checkpoint(root, 1, {"model": ModelState(transformer, base_pipeline=str(pipeline))})
+
+
+def lora_checkpoint(pipeline: Path, root: Path, b_value: float) -> Path:
+    """A LoRA checkpoint whose adapter ``default`` has every A and B entry equal to ``b_value``."""
+    from peft import LoraConfig
+
+    transformer = stock(pipeline)
+    transformer.add_adapter(LoraConfig(r=4, lora_alpha=4, target_modules=TARGETS), adapter_name="default")
+    with torch.no_grad():
+        for name, p in transformer.named_parameters():
+            if "lora_" in name:
+                p.fill_(b_value)
+    return save_checkpoint(root, 1, {"model": ModelState(transformer, lora_only=True, base_pipeline=str(pipeline))})
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_image_pipeline_dir: Path) -> tuple[Path, Path]:
+    """Two full-weight checkpoints whose exports differ (``proj_out.bias`` 0 vs 1)."""
+    root = tmp_path_factory.mktemp("atomic")
+    first = full_checkpoint(tiny_image_pipeline_dir, root / "a", lambda t: t.proj_out.bias.fill_(0.0))
+    second = full_checkpoint(tiny_image_pipeline_dir, root / "b", lambda t: t.proj_out.bias.fill_(1.0))
+    return first, second
+
+
+def previous_export(checkpoint: Path, out: Path) -> dict[str, bytes]:
+    export_checkpoint(checkpoint, out)
+    return files(out)
+
+
+def in_child(run: Callable[[], None]) -> int:
+    """Run ``run`` in a forked child; its exit status (``-SIGNAL`` when a signal ended it)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            run()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_kill_at_random_points_keeps_the_previous_export(checkpoints, tmp_path: Path) -> None:
+    """A forked export of another checkpoint over ``out`` is SIGKILLed after a random delay, eight times.
+    Each time ``out`` (after the recovery every export starts with) is the old export byte for byte, or,
+    when the kill came after the swap, the complete new one; a later export leaves no leftovers."""
+    first, second = checkpoints
+    out = tmp_path / "export"
+    old = previous_export(first, out)
+    started = time.perf_counter()  # how long a forked export takes, start to exit
+    assert in_child(lambda: export_checkpoint(second, tmp_path / "probe")) == 0
+    duration = time.perf_counter() - started
+    rng, runs = random.Random(7), 8
+    outcomes = []
+    for i in range(runs):
+        delay = duration * 1.2 * (i + rng.random()) / runs  # spread over the whole export and a little after
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                export_checkpoint(second, out)
+            finally:
+                os._exit(0)
+        time.sleep(delay)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        left = siblings(out)
+        recover_output(out)
+        now = files(out)
+        if now == old:
+            outcomes.append("old" if left else "old, nothing left")
+        else:
+            manifest = json.loads(now["export_manifest.json"])
+            assert manifest["source_checkpoint"] == str(second.resolve()) and "COMPLETE" in now
+            assert now.keys() - {"export_manifest.json", "COMPLETE"} == manifest["files"].keys()
+            outcomes.append("new")
+            old = previous_export(first, out)
+        assert siblings(out) == [], (i, left)
+    assert "old" in outcomes, outcomes  # some kills landed mid-export, with a staging folder to clean
+
+
+@pytest.mark.parametrize("point", ["after_first_rename", "during_old_removal"])
+def test_kill_inside_the_swap_is_recovered(checkpoints, tmp_path: Path, point: str) -> None:
+    """Killed between ``out`` → ``out.old-*`` and staging → ``out``: the old export waits complete under
+    ``.old-*`` and the next export's recovery puts it back. Killed while deleting the old copy: ``out``
+    is the new export and the half-deleted copy (unmarked) is removed."""
+    first, second = checkpoints
+    out = tmp_path / "export"
+    old = previous_export(first, out)
+    real_rename, real_rmtree = os.rename, shutil.rmtree
+
+    def run() -> None:
+        renames = []
+
+        def rename(src, dst):
+            if Path(dst).parent == out.parent:  # the swap's renames, not any a library makes inside staging
+                renames.append(dst)
+                if point == "after_first_rename" and len(renames) == 2:
+                    kill_self()
+            real_rename(src, dst)
+
+        def rmtree(path, *args, **kwargs):
+            if point == "during_old_removal" and ".old-" in str(path):
+                next(p for p in Path(path).rglob("*.safetensors")).unlink()
+                kill_self()
+            real_rmtree(path, *args, **kwargs)
+
+        os.rename, shutil.rmtree = rename, rmtree
+        export_checkpoint(second, out)
+
+    assert in_child(run) == -signal.SIGKILL
+    (aside,) = [p for p in out.parent.iterdir() if ".old-" in p.name]
+    if point == "after_first_rename":
+        assert not out.exists() and files(aside) == old  # readable there until recovered
+        assert len(siblings(out)) == 2  # and the unpublished staging folder
+        assert recover_output(out) == out
+        assert files(out) == old
+    else:
+        assert not (aside / "COMPLETE").exists()
+        assert json.loads((out / "export_manifest.json").read_text())["source_checkpoint"] == str(second.resolve())
+        assert recover_output(out) is None
+    assert siblings(out) == []
+    export_checkpoint(second, out)
+    assert siblings(out) == [] and (out / "COMPLETE").is_file()
+
+
+def test_recovery_leaves_folders_of_running_exports_alone(tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    try:
+        live = tmp_path / f"export.staging-{running.pid}-abcd"
+        dead = tmp_path / f"export.staging-{finished.pid}-abcd"
+        foreign = tmp_path / "export.staging-notes"  # not a name export makes
+        for folder in (live, dead, foreign):
+            folder.mkdir()
+            (folder / "file").write_text("x")
+        assert recover_output(out) is None
+        assert live.is_dir() and foreign.is_dir() and not dead.exists()
+    finally:
+        running.kill()
+        running.wait()
+
+
+@pytest.fixture
+def layout(checkpoints, tmp_path: Path) -> dict[str, Path]:
+    """``models/base`` (a previous export, used as the base pipeline) and ``runs/ckpt`` (a checkpoint)."""
+    first, _ = checkpoints
+    base = tmp_path / "models" / "base"
+    export_checkpoint(first, base)
+    ckpt = tmp_path / "runs" / "ckpt"
+    shutil.copytree(first, ckpt)
+    return {"base": base, "checkpoint": ckpt}
+
+
+@pytest.mark.parametrize(
+    ("target", "relation", "place"),
+    [
+        ("base", "is", lambda p: p),
+        ("base", "is inside", lambda p: p / "exports" / "new"),
+        ("base", "contains", lambda p: p.parent),
+        ("checkpoint", "is", lambda p: p),
+        ("checkpoint", "is inside", lambda p: p / "export"),
+        ("checkpoint", "contains", lambda p: p.parent.parent),
+    ],
+)
+def test_out_overlapping_the_base_or_checkpoint_is_refused_before_anything_is_touched(
+    layout, target: str, relation: str, place, capsys
+) -> None:
+    before = {name: files(path) for name, path in layout.items()}
+    out = place(layout[target])
+    args = ["export", str(layout["checkpoint"]), "--out", str(out), "--base", str(layout["base"])]
+    assert main(args) == 1
+    label = "the base" if target == "base" else "the checkpoint"
+    assert f"--out {out}: {relation} {label} {layout[target]}" in capsys.readouterr().err
+    assert {name: files(path) for name, path in layout.items()} == before
+    assert siblings(out) == []
+    if relation == "is inside":
+        assert not out.exists()
+
+
+def test_out_containing_the_native_base_weights_is_refused(tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
+    from peft import LoraConfig
+
+    from cosmos_sana_plugins.sana.native_checkpoint import save_native
+
+    weights = tmp_path / "weights"
+    native = save_native(stock(tiny_image_pipeline_dir), weights / "native.pth")
+    transformer = stock(tiny_image_pipeline_dir)
+    transformer.add_adapter(LoraConfig(r=2, lora_alpha=2, target_modules=TARGETS))
+    parts = {"model": ModelState(transformer, lora_only=True, base_pipeline=str(tiny_image_pipeline_dir))}
+    checkpoint = save_checkpoint(tmp_path / "run", 1, parts, config={"custom": {"model": {"native_checkpoint": str(native)}}})
+    data = native.read_bytes()
+    assert main(["export", str(checkpoint), "--out", str(weights), "--format", "merged"]) == 1
+    assert f"--out {weights}: contains the base weights {native}" in capsys.readouterr().err
+    assert native.read_bytes() == data
+
+
+def test_failing_verify_keeps_the_previous_export(checkpoints, tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
+    """Finite weights so large that generation overflows: ``--verify`` fails after the export was written."""
+    first, _ = checkpoints
+    out = tmp_path / "export"
+    old = previous_export(first, out)
+    huge = full_checkpoint(tiny_image_pipeline_dir, tmp_path / "huge", lambda t: t.proj_out.weight.fill_(3e38))
+    assert main(["export", str(huge), "--out", str(out), "--verify", "--verify-size", "64"]) == 2
+    assert "verification failed" in capsys.readouterr().err
+    assert files(out) == old and siblings(out) == []
+
+
+def test_non_finite_full_weights_are_refused_without_verify(checkpoints, tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
+    first, _ = checkpoints
+    out = tmp_path / "export"
+    old = previous_export(first, out)
+
+    def poison(t: torch.nn.Module) -> None:
+        t.caption_norm.weight[3] = float("inf")
+
+    bad = full_checkpoint(tiny_image_pipeline_dir, tmp_path / "bad", poison)
+    for fmt in ("diffusers", "native"):
+        assert main(["export", str(bad), "--out", str(out), "--format", fmt]) == 1
+        assert f"{bad}: weight 'caption_norm.weight' has 1 NaN/inf values of 32" in capsys.readouterr().err
+        assert files(out) == old and siblings(out) == []
+
+
+def test_non_finite_lora_weights_are_refused(tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
+    from cosmos_sana.checkpoint.dcp_io import load_state, save_state
+
+    checkpoint = lora_checkpoint(tiny_image_pipeline_dir, tmp_path / "run", 0.01)
+    model = checkpoint / "model"
+    from cosmos_sana.checkpoint.dcp_io import read_metadata
+
+    stored = read_metadata(model).state_dict_metadata
+    state = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in stored.items()}
+    load_state(state, model)
+    key = "transformer_blocks.0.attn2.to_v.lora_B.default.weight"
+    state[key][0, 0] = float("nan")
+    shutil.rmtree(model)
+    save_state(state, model)
+    for fmt in ("lora", "merged"):
+        out = tmp_path / fmt
+        assert main(["export", str(checkpoint), "--out", str(out), "--format", fmt]) == 1
+        err = capsys.readouterr().err
+        assert f"{checkpoint}: LoRA weight of adapter 'default' '{key}' has 1 NaN/inf values of" in err
+        assert not out.exists() and siblings(out) == []
+
+
+def test_merged_weights_that_overflow_are_refused(tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
+    """Finite LoRA tensors whose merged result overflows float16: W + (α/r)·B·A with every entry of
+    A and B 200 adds 4·200² = 160000 > 65504 to each wrapped weight."""
+    checkpoint = lora_checkpoint(tiny_image_pipeline_dir, tmp_path / "run", 200.0)
+    out = tmp_path / "merged"
+    assert main(["export", str(checkpoint), "--out", str(out), "--format", "merged", "--dtype", "float32"]) == 0
+    assert main(["export", str(checkpoint), "--out", str(out), "--format", "merged", "--dtype", "float16"]) == 1
+    err = capsys.readouterr().err
+    assert f"{checkpoint}: merged weight 'transformer_blocks.0.attn1.to_q.weight' has " in err
+    assert json.loads((out / "export_manifest.json").read_text())["format"] == "merged"  # the float32 one stays
+    assert siblings(out) == []

@@ -12,6 +12,7 @@ import sys
 
 #: subcommand → module (add a line here to add a command)
 COMMANDS: dict[str, str] = {
+    "run": "cosmos_sana.commands.run",
     "demo": "cosmos_sana.commands.demo",
     "data": "cosmos_sana.commands.data_check",
     "plugins": "cosmos_sana.commands.plugins",

@@ -28,12 +28,13 @@ def fake_tokens(monkeypatch):
     return FAKE
 
 
-@pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "AWS_ACCESS_KEY_ID", "NGC_CLI_ORG", "api_key", "db_password"])
+@pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "AWS_ACCESS_KEY_ID", "NGC_API_KEY", "api_key", "db_password"])
 def test_secret_names(name):
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["HOME", "PATH", "COSMOS_ROLE", "model_name_or_path"])
+@pytest.mark.parametrize("name", ["HOME", "PATH", "COSMOS_ROLE", "model_name_or_path", "NGC_CLI_ORG", "AWS_PROFILE",
+                                  "TOKENIZERS_PARALLELISM", "HF_TOKEN_PATH"])
 def test_ordinary_names(name):
     assert not is_secret_name(name)
 
@@ -79,12 +80,17 @@ def test_config_dump_masks_secret_keys_and_values(fake_tokens):
     assert clean["custom"]["items"] == [MASK, "ok"]
 
 
-def test_validate_dump_contains_no_secret(fake_tokens, tmp_path, monkeypatch):
+def test_validate_dump_is_the_config_that_runs(fake_tokens, tmp_path, monkeypatch):
+    """The dump is run, not shown: a masked value would change the run; it is readable by its owner only."""
+    import stat
+
     from cosmos_sana.cli import main
 
     recipe = tmp_path / "r.toml"
     recipe.write_text(f'[train]\noutput_dir = "/tmp/{FAKE["HF_TOKEN"]}"\n')
     dump = tmp_path / "dump.toml"
+    dump.write_text("")
+    dump.chmod(0o644)
     assert main(["validate", str(recipe), "--dump", str(dump)]) == 0
-    text = dump.read_text()
-    assert FAKE["HF_TOKEN"] not in text and MASK in text
+    assert dump.read_text() == f'[train]\noutput_dir = "/tmp/{FAKE["HF_TOKEN"]}"\n'
+    assert stat.S_IMODE(dump.stat().st_mode) == 0o600

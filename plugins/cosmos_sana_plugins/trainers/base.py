@@ -153,6 +153,17 @@ class SanaTrainer(Trainer):
                     params[name].copy_(value)
 
     # ------------------------------------------------------------------ checkpoints
+    def seed_step(self, step: int) -> None:
+        """Seed every generator for training step ``step`` from ``(train.seed, rank, step)`` alone.
+
+        Whatever drew random numbers since the last step (a DataLoader starting an epoch,
+        validation, a resume) cannot change what this step draws, so a resumed run trains each
+        step exactly as the uninterrupted run did.
+        """
+        from cosmos_sana.seeds import derive_seed
+
+        seed_everything(derive_seed(self.config.train.seed or 0, "train", self.global_rank, step))
+
     @property
     def output_dir(self) -> Path:
         return Path(self.config.train.output_dir)

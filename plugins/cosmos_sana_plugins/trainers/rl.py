@@ -159,6 +159,7 @@ class SanaRLTrainer(SanaTrainer):
         **kwargs: Any,
     ) -> dict[str, Any]:
         started = STEP_CLOCK.now()
+        self.seed_step(current_step)
         self.ensure_lr_schedulers(total_steps)
         cfg, tp = self.config.policy.diffusers, self.config.train.train_policy
         batch = RolloutBatch.collate(rollouts, self.device)

@@ -11,6 +11,13 @@ score) and, per sample, the ``extra_info`` the trainers read: ``x0`` (final late
 samplers, ``trajectory`` (every latent) and ``log_probs`` (per step). It sets
 ``completion_trainable`` — without it cosmos-rl drops ``extra_info`` on the way to the trainer.
 
+Sampling seeds are derived, not drawn from a running generator (:mod:`cosmos_sana.seeds`): the
+``k``-th sample generated for a step is seeded by ``(train.seed, rank, weight version, k)``, where
+the weight version is the number of completed training steps cosmos-rl passes in
+(``current_weight_version``). A resumed run therefore samples step ``N`` exactly as the
+uninterrupted run did, and validation (seeded by ``(train.seed, prompt index, j)``, the same
+every round) never shifts the training seeds.
+
 With ``[custom.reward_runtime] mode = "async"`` (the default) every sampled chunk is
 submitted for scoring at once and each payload's prompt is tagged with its samples' ids
 (:mod:`cosmos_sana_plugins.trainers.reward_submission`); the reward function collects them.
@@ -34,6 +41,7 @@ from cosmos_sana.compat.cosmos_rl import reports_rewards
 from cosmos_sana.config.rollout import SpeedSettings
 from cosmos_sana.log import get_logger
 from cosmos_sana.rewards.ledger import shared_scheduler
+from cosmos_sana.seeds import derive_seed
 from cosmos_sana.settings import settings_of
 from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.datasets.grouping import group_slices
@@ -76,15 +84,18 @@ class SanaRollout(RolloutBase):
         self.settings = settings_of(self.config)
         self.registry = installed_plugins()  # the reward scorers' plugins
         self.model: Any = None
-        self._seeds = torch.Generator().manual_seed(self.config.train.seed or 0)
+        self._base_seed = self.config.train.seed or 0
+        self._rank = int(os.environ.get("RANK", 0))
+        self._weight_version: int | None = None  # the step the seeds drawn so far belong to
+        self._drawn = 0  # samples seeded since the weight version last changed
         self._best_of_n: BestOfNSampler | None = None
         self._merged: dict[str, MergedTransformer] = {}
         self._fast: Any = None  # fast_denoise.FastModel when [custom.rollout.speed] is on
 
     # ------------------------------------------------------------------ cosmos-rl API
     def init_engine(self, quantization: str | None = None, seed: int | None = None, load_format: str = "auto", **kwargs: Any) -> None:
-        if seed is not None:  # distinct seed streams per rank
-            self._seeds.manual_seed(int(seed) + int(os.environ.get("RANK", 0)))
+        if seed is not None:  # every rank derives its own seeds (the rank is part of each)
+            self._base_seed = int(seed)
         self._engine_initialized = True
 
     def get_underlying_model(self) -> Any:
@@ -133,8 +144,25 @@ class SanaRollout(RolloutBase):
         """``view`` sampled through the speed features' ``FastModel``, when on."""
         return contextlib.nullcontext(view) if self._fast is None else self._fast.using(view)
 
+    def _start_seeds(self, weight_version: int | None) -> None:
+        """Seeds of a new weight version (training step) count from 0 again; without a
+        version (callers outside cosmos-rl's loop) the count just goes on."""
+        if weight_version is not None and weight_version != self._weight_version:
+            self._weight_version, self._drawn = int(weight_version), 0
+
     def _draw_seeds(self, count: int) -> list[int]:
-        return torch.randint(0, 2**31 - 1, (count,), generator=self._seeds).tolist()
+        """The next ``count`` training seeds of the current weight version."""
+        first, self._drawn = self._drawn, self._drawn + count
+        version = -1 if self._weight_version is None else self._weight_version
+        return [derive_seed(self._base_seed, "rollout", self._rank, version, k) for k in range(first, first + count)]
+
+    def _validation_seeds(self, payloads: list[Any], n: int) -> list[int]:
+        """Per validation prompt the same ``n`` seeds every round (comparable across steps)."""
+        return [
+            derive_seed(self._base_seed, "validation", getattr(p, "prompt_idx", i), j)
+            for i, p in enumerate(payloads)
+            for j in range(n)
+        ]
 
     def _reward_submission(self, payloads: list[Any], n: int, timed: bool) -> RewardSubmission | None:
         """Async scoring of this call's samples, unless inline or cosmos-rl won't score this rank's."""
@@ -163,6 +191,8 @@ class SanaRollout(RolloutBase):
         if self.model is None:
             raise RuntimeError("rollout has no model: cosmos-rl's colocated loop must set_underlying_model first")
         started = STEP_CLOCK.now()
+        if not is_validation:
+            self._start_seeds(kwargs.get("current_weight_version"))
         n = self.config.validation.n_generation if is_validation else self.config.rollout.n_generation
         items = [prompt_item(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
         prompts, metadata = [t for t, _ in items], [m for _, m in items]
@@ -179,7 +209,7 @@ class SanaRollout(RolloutBase):
                     text, prompts, metadata, settings, self._draw_seeds, on_chunk,
                 )
             else:
-                seeds = self._draw_seeds(len(prompts) * n)
+                seeds = self._validation_seeds(payloads, n) if is_validation else self._draw_seeds(len(prompts) * n)
                 chunk = self.config.rollout.n_generation_mini_batch or len(seeds)
                 out = sample_in_chunks(view, text.repeat_interleave(n), seeds, settings, chunk, on_chunk)
         results = self._results(payloads, n, out, text.repeat_interleave(n), seeds, is_validation)

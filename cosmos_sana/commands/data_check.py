@@ -69,7 +69,7 @@ def _recipe_reports(path: str) -> list[Any]:
     from cosmos_sana.plugin_manager import PluginError, installed_plugins
     from cosmos_sana.runtime import component_params
     from cosmos_sana.settings import SettingsError, parse_custom
-    from cosmos_sana_plugins.datasets.check import check_dataset
+    from cosmos_sana_plugins.datasets.check import check_dataset, quiet_skips
 
     try:
         with open(path, "rb") as handle:
@@ -87,8 +87,9 @@ def _recipe_reports(path: str) -> list[Any]:
             if ref is None:
                 continue
             params = component_params(registry, "dataset", ref, f"custom.{field}")
-            dataset = registry.get("dataset", ref.name).load()(params, cosmos_config=raw, on_bad_sample="skip")
-            reports.append(check_dataset(dataset, f"custom.{field} ({ref.name})", ref.on_bad_sample))
+            with quiet_skips():
+                dataset = registry.get("dataset", ref.name).load()(params, cosmos_config=raw, on_bad_sample="skip")
+                reports.append(check_dataset(dataset, f"custom.{field} ({ref.name})", ref.on_bad_sample))
     except (SettingsError, PluginError) as exc:
         raise _UsageError(str(exc)) from exc
     if not reports:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cosmos_sana_plugins.datasets import errors
 from cosmos_sana_plugins.datasets.errors import BadSamplePolicy, OnBadSample
-from cosmos_sana_plugins.datasets.media import ImageDataset, VideoDataset
+from cosmos_sana_plugins.datasets.layouts import discover
+from cosmos_sana_plugins.datasets.media import ImageDataset, MediaDataset, VideoDataset
 from cosmos_sana_plugins.datasets.params import ImageDataParams, PromptDataParams, VideoDataParams
 from cosmos_sana_plugins.datasets.prompts import build_prompts
 from cosmos_sana_plugins.datasets.report import DataReport
@@ -34,17 +39,51 @@ def is_prompt_source(path: str) -> bool:
 
 def check_path(path: str, *, on_bad_sample: OnBadSample, size: tuple[int, int], num_frames: int,
                fps: float | None = None, stride: int = 1, short_clip: str = "error") -> DataReport:
-    """Report on a dataset path (any layout, images and videos together, or a prompt file)."""
-    if is_prompt_source(path):
-        dataset = build_prompts(PromptDataParams(path=path), on_bad_sample="skip")
-        report = dataset.check()
-        report.on_bad_sample = on_bad_sample
-        return report
-    images = ImageDataset(ImageDataParams(path=path, size=size), size, BadSamplePolicy("skip", path), None)
-    videos = VideoDataset(VideoDataParams(path=path, size=size, num_frames=num_frames, fps=fps, stride=stride,
-                                          short_clip=short_clip),
-                          size, num_frames, BadSamplePolicy("skip", path), None)
-    return merge_reports(path, on_bad_sample, [images.check(), videos.check()])
+    """Report on a dataset path (any layout, images and videos together, or a prompt file).
+
+    Samples are indexed once for both modalities, so an image entry of a manifest is not a bad
+    sample of the video pass (nor the reverse); each modality present is then decoded in full.
+    """
+    with quiet_skips():
+        if is_prompt_source(path):
+            report = build_prompts(PromptDataParams(path=path), on_bad_sample="skip").check()
+            report.on_bad_sample = on_bad_sample
+            return require_samples(report)
+        index = BadSamplePolicy("skip", path)
+        refs, _ = discover(Path(path), "auto", ("image", "video"), index)
+        present = {ref.modality for ref in refs}
+        passes: list[MediaDataset] = []
+        if "image" in present:
+            passes.append(ImageDataset(ImageDataParams(path=path, size=size), size, BadSamplePolicy("skip", path), None))
+        if "video" in present:
+            params = VideoDataParams(path=path, size=size, num_frames=num_frames, fps=fps, stride=stride,
+                                     short_clip=short_clip)
+            passes.append(VideoDataset(params, size, num_frames, BadSamplePolicy("skip", path), None))
+        reports = [DataReport(path, on_bad_sample, bad=list(index.skipped))]
+        for dataset in passes:
+            report = dataset.check()
+            report.bad = [bad for bad in report.bad if bad not in dataset.policy.skipped]  # indexed above
+            reports.append(report)
+    return require_samples(merge_reports(path, on_bad_sample, reports))
+
+
+def require_samples(report: DataReport) -> DataReport:
+    """A dataset without one usable sample fails whatever the policy (a run would stop on it)."""
+    if report.good == 0:
+        report.problems.append("no usable sample found (supported layouts: README 'Data')")
+    return report
+
+
+@contextlib.contextmanager
+def quiet_skips() -> Iterator[None]:
+    """The report lists every bad sample with its verdict; the skip policy's per-sample
+    warnings would repeat them and read as if the run went on under a ``fail`` policy."""
+    level = errors.logger.level
+    errors.logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        errors.logger.setLevel(level)
 
 
 def check_dataset(dataset: Any, name: str, on_bad_sample: OnBadSample) -> DataReport:
@@ -53,10 +92,10 @@ def check_dataset(dataset: Any, name: str, on_bad_sample: OnBadSample) -> DataRe
         report = dataset.check()
         report.dataset = f"{name}: {report.dataset}"
         report.on_bad_sample = on_bad_sample
-        return report
+        return require_samples(report)
     report = DataReport(name, on_bad_sample)
     report.counts["unchecked"] = len(dataset)
-    return report
+    return require_samples(report)
 
 
 def merge_reports(name: str, on_bad_sample: OnBadSample, reports: list[DataReport]) -> DataReport:
@@ -67,4 +106,5 @@ def merge_reports(name: str, on_bad_sample: OnBadSample, reports: list[DataRepor
         merged.resolutions.update(report.resolutions)
         merged.durations.update(report.durations)
         merged.bad.extend(bad for bad in report.bad if bad not in merged.bad)
+        merged.problems.extend(problem for problem in report.problems if problem not in merged.problems)
     return merged

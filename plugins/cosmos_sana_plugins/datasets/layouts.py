@@ -5,6 +5,8 @@
   recursively; ``.zip`` archives found there are read as the ``zip`` layout.
 * ``sana_meta``: SANA's ``meta_data.json`` (``{"img_names": [...]}``) lists the samples of a folder.
 * ``jsonl``: a manifest, one ``{"media": path relative to the manifest, "caption": ..., ...}`` a line.
+* ``imagefolder``: Hugging Face's imagefolder (diffusers' training convention): a folder whose
+  ``metadata.jsonl`` holds one ``{"file_name": path relative to the folder, "text": caption, ...}`` a line.
 * ``zip``: SANA-Video's archives of ``KEY.mp4`` + ``KEY.json`` (``height``, ``width``, ``prompt``).
 
 Order is sorted by path, so it is the same on every machine. Captions are read lazily
@@ -31,6 +33,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 VIDEO_SUFFIXES = (".mp4",)
 SIDECAR_SUFFIXES = (".txt", ".json")
 META_FILE = "meta_data.json"
+HF_METADATA_FILE = "metadata.jsonl"
 
 
 def modality_of(name: str) -> Modality | None:
@@ -170,7 +173,9 @@ def detect_layout(path: Path) -> str:
     if not path.exists():
         raise DatasetError(f"{path}: no such file or directory")
     if path.is_dir():
-        return "sana_meta" if (path / META_FILE).is_file() else "folder"
+        if (path / META_FILE).is_file():
+            return "sana_meta"
+        return "imagefolder" if (path / HF_METADATA_FILE).is_file() else "folder"
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return "jsonl"
@@ -205,7 +210,7 @@ def discover(
     resolved = detect_layout(path) if layout == "auto" else layout
     if not path.exists():
         raise DatasetError(f"{path}: no such file or directory")
-    finders = {"folder": _folder, "sana_meta": _sana_meta, "jsonl": _jsonl, "zip": _zip}
+    finders = {"folder": _folder, "sana_meta": _sana_meta, "jsonl": _jsonl, "imagefolder": _imagefolder, "zip": _zip}
     if resolved not in finders:
         raise DatasetError(f"{path}: unknown layout {resolved!r} (one of {sorted(finders)})")
     real = path.resolve()
@@ -315,7 +320,8 @@ def _suffixes(modalities: tuple[Modality, ...]) -> tuple[str, ...]:
     return (IMAGE_SUFFIXES if "image" in modalities else ()) + (VIDEO_SUFFIXES if "video" in modalities else ())
 
 
-def _jsonl(manifest: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:
+def _jsonl(manifest: Path, modalities: tuple[Modality, ...], media_key: str = "media", caption_key: str = "caption",
+           layout: str = "jsonl") -> Iterator[SampleRef | BadSampleError]:
     root = manifest.parent
     try:
         lines = manifest.read_text(encoding="utf-8").splitlines()
@@ -326,17 +332,24 @@ def _jsonl(manifest: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleR
             continue
         where = f"{manifest}:{number}"
         try:
-            yield _manifest_record(root, line, where, modalities)
+            yield _manifest_record(root, line, where, modalities, media_key, caption_key, layout)
         except BadSampleError as exc:
             yield exc
 
 
-def _manifest_record(root: Path, line: str, where: str, modalities: tuple[Modality, ...]) -> SampleRef:
+def _imagefolder(root: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:
+    if not (root / HF_METADATA_FILE).is_file():
+        raise DatasetError(f"{root}: layout 'imagefolder' needs a {HF_METADATA_FILE} in the folder")
+    yield from _jsonl(root / HF_METADATA_FILE, modalities, "file_name", "text", "imagefolder")
+
+
+def _manifest_record(root: Path, line: str, where: str, modalities: tuple[Modality, ...], media_key: str = "media",
+                     caption_key: str = "caption", layout: str = "jsonl") -> SampleRef:
     record = json_object(line, where)
-    media_rel = record.get("media")
+    media_rel = record.get(media_key)
     if not isinstance(media_rel, str):
-        raise BadSampleError(where, f"'media' must be a path string, got {type(media_rel).__name__}")
-    caption = _string_field(record, "caption", where)
+        raise BadSampleError(where, f"{media_key!r} must be a path string, got {type(media_rel).__name__}")
+    caption = _string_field(record, caption_key, where)
     media = relative_inside(root, media_rel, where)
     modality = modality_of(media.name)
     if modality is None:
@@ -345,8 +358,8 @@ def _manifest_record(root: Path, line: str, where: str, modalities: tuple[Modali
         raise BadSampleError(where, f"{modality} sample in a {'/'.join(modalities)} dataset")
     if not media.is_file():
         raise BadSampleError(where, f"media file {media} does not exist")
-    extra = {k: v for k, v in record.items() if k not in ("media", "caption")}
-    return SampleRef(media.relative_to(root).as_posix(), MediaSource(media), modality, "jsonl", caption, extra=extra)
+    extra = {k: v for k, v in record.items() if k not in (media_key, caption_key)}
+    return SampleRef(media.relative_to(root).as_posix(), MediaSource(media), modality, layout, caption, extra=extra)
 
 
 def _zip(archive: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:

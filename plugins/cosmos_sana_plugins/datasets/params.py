@@ -13,14 +13,15 @@ from pydantic import Field, field_validator, model_validator
 
 from cosmos_sana.config.base import StrictModel
 
-MediaLayout = Literal["auto", "folder", "sana_meta", "jsonl", "zip"]
+MediaLayout = Literal["auto", "folder", "sana_meta", "imagefolder", "jsonl", "zip"]
 
 
 class _MediaParams(StrictModel):
     path: str = Field(description="dataset folder, JSONL manifest or .zip")
     layout: MediaLayout = Field(
         default="auto",
-        description="auto: meta_data.json → sana_meta, .jsonl → jsonl, .zip → zip, else folder "
+        description="auto: meta_data.json → sana_meta, metadata.jsonl (Hugging Face imagefolder) → imagefolder, "
+        ".jsonl → jsonl, .zip → zip, else folder "
         "(NAME.ext + NAME.txt or NAME.json sidecars)",
     )
     size: tuple[int, int] | None = Field(
@@ -31,11 +32,6 @@ class _MediaParams(StrictModel):
     )
     cache_model_id: str | None = Field(
         default=None, description="model id in the cache key; default policy.model_name_or_path"
-    )
-    allow_outside_root: bool = Field(
-        default=False,
-        description="read media and caption files whose symbolic links lead outside the dataset folder "
-        "(off: each such sample is refused by name)",
     )
     allow_outside_root: bool = Field(
         default=False,

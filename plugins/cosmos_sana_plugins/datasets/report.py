@@ -30,6 +30,7 @@ class DataReport:
     resolutions: Counter = field(default_factory=Counter)  # "WxH" of the source media
     durations: Counter = field(default_factory=Counter)  # duration_bin → videos
     bad: list[BadSample] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # the dataset as a whole is unusable (no sample at all)
 
     @property
     def good(self) -> int:
@@ -37,8 +38,8 @@ class DataReport:
 
     @property
     def fails(self) -> bool:
-        """True when a run with this ``on_bad_sample`` policy would stop on a bad sample."""
-        return bool(self.bad) and self.on_bad_sample == "fail"
+        """True when a run would stop: a dataset-level problem, or a bad sample under ``fail``."""
+        return bool(self.problems) or (bool(self.bad) and self.on_bad_sample == "fail")
 
     def add_media(self, layout: str, modality: str, height: int, width: int, duration: float | None) -> None:
         self.counts[f"{layout}/{modality}"] += 1
@@ -56,6 +57,7 @@ class DataReport:
             "resolutions": dict(self.resolutions.most_common()),
             "durations": {k: self.durations[k] for k in _duration_order() if k in self.durations},
             "bad_samples": [{"where": b.where, "reason": b.reason} for b in self.bad],
+            "problems": list(self.problems),
             "verdict": "FAIL" if self.fails else "OK",
         }
 
@@ -75,7 +77,8 @@ class DataReport:
             lines.extend(f"    {k}: {self.durations[k]}" for k in _duration_order() if k in self.durations)
         for bad in self.bad:
             lines.append(f"  BAD {bad}")
-        if self.bad:
+        lines.extend(f"  ERROR {problem}" for problem in self.problems)
+        if self.bad or self.problems:
             verdict = "a run would FAIL" if self.fails else f"a run would skip {len(self.bad)} sample(s)"
             lines.append(f"  verdict: {verdict}")
         return "\n".join(lines)

@@ -13,13 +13,19 @@ HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="checkpoint folder, or a training output dir (latest complete checkpoint)")
-    parser.add_argument("--out", required=True, help="export folder (a previous export there is replaced)")
+    parser.add_argument(
+        "--out", required=True, help="export folder (a previous export there is replaced once the new one is "
+        "complete and verified; it may not be, hold or lie inside the checkpoint or the base)",
+    )
     parser.add_argument(
         "--format", default="auto", choices=("auto", "diffusers", "lora", "merged", "native"),
         help="auto: lora for LoRA checkpoints, diffusers otherwise",
     )
     parser.add_argument("--ema", action="store_true", help="export the EMA weights instead of the trained ones")
-    parser.add_argument("--base", help="base pipeline folder (default: the one recorded in the checkpoint)")
+    parser.add_argument(
+        "--base", help="base pipeline folder (default: the one recorded in the checkpoint); a LoRA still goes onto "
+        "the native checkpoint or init_from weights its run started from",
+    )
     parser.add_argument("--adapter", help="LoRA adapter to export (default: the trained one, e.g. 'default')")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="transformer dtype (default: as stored)")
     parser.add_argument("--max-shard-size", default="5GB", help="safetensors shard size for pipeline exports")

@@ -94,13 +94,34 @@ def test_sde_kl():
 def test_group_advantages_per_prompt_and_global_std():
     rewards = torch.tensor([1.0, 2.0, 3.0, 10.0, 10.0, 13.0])
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    # population std (ddof 0, the papers' np.std): group 0 deviations −1, 0, 1 → var 2/3
     per_group = L.group_advantages(rewards, groups, global_std=False)
-    close(per_group[:3], [-1 / 1.0001, 0.0, 1 / 1.0001])
-    s = math.sqrt(3.0)  # group 1: deviations −1, −1, 2 → var 6/2
-    close(per_group[3:], [-1 / (s + 1e-4), -1 / (s + 1e-4), 2 / (s + 1e-4)])
-    # global: squares of deviations from 6.5 sum to 129.5 → std = sqrt(129.5/5)
-    g = math.sqrt(129.5 / 5) + 1e-4
+    s0 = math.sqrt(2 / 3) + 1e-4
+    close(per_group[:3], [-1 / s0, 0.0, 1 / s0])
+    s1 = math.sqrt(6 / 3) + 1e-4  # group 1: deviations −1, −1, 2 → var 6/3
+    close(per_group[3:], [-1 / s1, -1 / s1, 2 / s1])
+    # sample std (ddof 1): var 2/2 and 6/2
+    sample = L.group_advantages(rewards, groups, global_std=False, ddof=1)
+    close(sample, [-1 / 1.0001, 0.0, 1 / 1.0001] + [d / (math.sqrt(3.0) + 1e-4) for d in (-1, -1, 2)])
+    # global: squares of deviations from 6.5 sum to 129.5 → std = sqrt(129.5/6)
+    g = math.sqrt(129.5 / 6) + 1e-4
     close(L.group_advantages(rewards, groups, global_std=True), [-1 / g, 0, 1 / g, -1 / g, -1 / g, 2 / g])
+    # a group of equal rewards, and a group of one, get advantage 0
+    close(L.group_advantages(torch.tensor([4.0, 4.0, 7.0]), torch.tensor([0, 0, 1]), global_std=False), [0, 0, 0])
+
+
+def test_negative_exp_advantage():
+    close(L.negative_exp_advantage(torch.tensor([0.0, 1.0, -2.0])), [-1.0, -math.exp(-1.0), -math.exp(2.0)])
+
+
+def test_kl_std_forms():
+    # sde step σ 0.75 → 0.5: step std 0.2 = std_dev_t·sqrt(0.25) → flow_grpo divides by std_dev_t = 0.4
+    step_std, sigma, sigma_next = torch.full((2, 1, 1), 0.2), torch.tensor([0.75, 0.75]), torch.tensor([0.5, 0.5])
+    close(L.kl_std("flow_grpo", "sde", step_std, sigma, sigma_next).flatten(), [0.4, 0.4])
+    close(L.kl_std("gaussian", "sde", step_std, sigma, sigma_next).flatten(), [0.2, 0.2])
+    close(L.kl_std("flow_grpo", "cps", step_std, sigma, sigma_next).flatten(), [0.2, 0.2])  # cps: the step std
+    with pytest.raises(ValueError, match="kl_form"):
+        L.kl_std("reverse", "sde", step_std, sigma, sigma_next)
 
 
 def test_flow_matching_loss():

@@ -161,7 +161,8 @@ class GuidedDenoiser:
     """``v(x, σ)`` for fixed text, with classifier-free guidance when ``guidance_scale > 1``.
 
     ``v = v_uncond + g·(v_cond − v_uncond)``, both halves in one batched forward. Used by the
-    sampling loop and by trainers recomputing a step's log-prob (call it with grads on).
+    sampling loop and by trainers recomputing a step's log-prob (call it with grads on);
+    ``detach_uncond`` stops the gradient at ``v_uncond`` (the value is unchanged).
     """
 
     def __init__(
@@ -170,9 +171,11 @@ class GuidedDenoiser:
         text: TextConditioning,
         negative: TextConditioning | None = None,
         guidance_scale: float = 1.0,
+        detach_uncond: bool = False,
     ) -> None:
         self.model = model
         self.guidance_scale = float(guidance_scale)
+        self.detach_uncond = detach_uncond
         self.guided = self.guidance_scale > 1.0
         if self.guided:
             if negative is None:
@@ -192,6 +195,8 @@ class GuidedDenoiser:
             return self.model.velocity(latents, sigmas, self.text)
         both = self.model.velocity(torch.cat([latents, latents]), torch.cat([sigmas, sigmas]), self.text)
         uncond, cond = both.chunk(2)
+        if self.detach_uncond:
+            uncond = uncond.detach()
         return uncond + self.guidance_scale * (cond - uncond)
 
 

@@ -3,7 +3,9 @@ flow-matching loss on real data, which replaces the reverse-KL penalty.
 
 Real data is ``[custom.real_data]`` (an ``images``/``videos`` dataset) read in random order
 for ever; each loss evaluation draws ``[custom.trainer] real_batch_size`` samples (default
-``train_policy.mini_batch``). ``kl_beta`` must be 0.
+``train_policy.mini_batch``). ``kl_beta`` must be 0. ``[custom.trainer] exp_reward = true``
+maps each advantage A to −exp(−A) before the ``advantage_low/high`` clip, as cosmos-rl's WFM
+DDRL does with its ``exp_reward`` (off by default there and here).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from cosmos_sana.settings import settings_of
 from cosmos_sana_plugins.trainers.flow_matching import encode_items, flow_matching_per_sample
+from cosmos_sana_plugins.trainers import losses
 from cosmos_sana_plugins.trainers.grpo import SanaFlowGRPOTrainer
 from cosmos_sana_plugins.trainers.rl import RolloutBatch
 
@@ -30,6 +33,8 @@ def endless_batches(dataset: Any, batch_size: int, seed: int) -> Iterator[list[A
 
 
 class SanaDDRLTrainer(SanaFlowGRPOTrainer):
+    takes_exp_reward = True
+
     @classmethod
     def check_config(cls, config: Any) -> None:
         super().check_config(config)
@@ -49,6 +54,9 @@ class SanaDDRLTrainer(SanaFlowGRPOTrainer):
         dataset = dataset_factory(installed_plugins(), "real_data")(self.config)
         size = self.settings.trainer.real_batch_size or self.config.train.train_policy.mini_batch
         self.real_batches = endless_batches(dataset, size, (self.config.train.seed or 0) + self.global_rank)
+
+    def transform_advantages(self, adv: torch.Tensor) -> torch.Tensor:
+        return losses.negative_exp_advantage(adv) if self.settings.trainer.exp_reward else adv
 
     def loss_terms(
         self, batch: RolloutBatch, index: torch.Tensor, step: torch.Tensor, adv: torch.Tensor

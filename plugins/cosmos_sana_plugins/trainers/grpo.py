@@ -4,7 +4,10 @@ Rollouts sample the current policy with a stochastic sampler (``[custom.rollout]
 "sde"`` or ``"cps"``) and store each step's log-prob; training recomputes the log-prob of
 ``K`` recorded steps per sample under the current weights (with the rollout's CFG) and
 minimises ``mean(max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high)))`` plus
-``kl_beta · ‖μ_θ − μ_ref‖² / (2σ_t²)``.
+``kl_beta · mean(‖μ_θ − μ_ref‖² / (2·std_dev_t²))``, flow_grpo's KL (``[custom.trainer]
+kl_form``). With CFG the gradient also flows through the unconditional prediction unless
+``[custom.trainer] cfg_uncond_grad = "detach"``. docs/algorithms.md compares both options
+with flow_grpo's code.
 """
 
 from __future__ import annotations
@@ -42,7 +45,12 @@ class SanaFlowGRPOTrainer(SanaRLTrainer):
         sample_cfg = self.config.policy.diffusers.sample
         x, x_next = batch.trajectory[index, step], batch.trajectory[index, step + 1]
         sigma, sigma_next = batch.sigmas[index, step], batch.sigmas[index, step + 1]
-        denoiser = GuidedDenoiser(model or self.model, batch.text.select(index), guidance_scale=sample_cfg.guidance_scale)
+        denoiser = GuidedDenoiser(
+            model or self.model,
+            batch.text.select(index),
+            guidance_scale=sample_cfg.guidance_scale,
+            detach_uncond=self.settings.trainer.cfg_uncond_grad == "detach",
+        )
         sampler, eta = self.settings.rollout.sampler, float(sample_cfg.noise_level)
         return step_log_prob(sampler, denoiser(x, sigma), x, x_next, sigma, sigma_next, eta)
 
@@ -63,7 +71,14 @@ class SanaFlowGRPOTrainer(SanaRLTrainer):
         if tp.kl_beta > 0:
             with torch.no_grad(), self.policies.view("reference") as reference:
                 _, mean_ref, _ = self.step_log_prob(batch, index, step, reference)
-            terms["kl_loss"] = losses.sde_kl(mean, mean_ref, std).mean()
+            kl_std = losses.kl_std(
+                self.settings.trainer.kl_form,
+                self.settings.rollout.sampler,
+                std,
+                batch.sigmas[index, step],
+                batch.sigmas[index, step + 1],
+            )
+            terms["kl_loss"] = losses.sde_kl(mean, mean_ref, kl_std).mean()
             loss = loss + tp.kl_beta * terms["kl_loss"]
         terms["loss"] = loss
         return terms

@@ -41,19 +41,36 @@ def flow_matching_loss(v_pred: Tensor, x0: Tensor, noise: Tensor) -> Tensor:
 
 
 def group_advantages(
-    rewards: Tensor, group_ids: Tensor, *, global_std: bool, eps: float = 1e-4
+    rewards: Tensor, group_ids: Tensor, *, global_std: bool, ddof: int = 0, eps: float = 1e-4
 ) -> Tensor:
-    """(r − mean of the sample's group) / (std + eps); std of the whole batch when ``global_std``,
-    else of the group (unbiased, like ``torch.std``). ``group_ids`` labels samples of one prompt."""
+    """(r − mean of the sample's group) / (std + eps), as flow_grpo's ``PerPromptStatTracker``.
+
+    The std is the group's, or the whole batch's when ``global_std``; ``ddof`` 0 is the
+    population std (``np.std``, the papers' code), 1 the sample std (``torch.std``). A group
+    whose rewards are all equal gets advantage 0. ``group_ids`` labels the samples of one prompt.
+    """
     rewards = rewards.double()
     adv = torch.empty_like(rewards)
-    batch_std = rewards.std() if rewards.numel() > 1 else rewards.new_tensor(0.0)
+    batch_std = _std(rewards, ddof)
     for gid in torch.unique(group_ids):
         mask = group_ids == gid
         group = rewards[mask]
-        std = batch_std if global_std else (group.std() if group.numel() > 1 else group.new_tensor(0.0))
+        std = batch_std if global_std else _std(group, ddof)
         adv[mask] = (group - group.mean()) / (std + eps)
     return adv.float()
+
+
+def _std(values: Tensor, ddof: int) -> Tensor:
+    """Std with ``ddof`` delta degrees of freedom; 0 when there are not more than ``ddof`` values."""
+    if values.numel() <= ddof:
+        return values.new_tensor(0.0)
+    return values.std(correction=ddof)
+
+
+def negative_exp_advantage(adv: Tensor) -> Tensor:
+    """A → −exp(−A) (cosmos-rl's WFM DDRL ``exp_reward``): every sample is pushed down, the worse
+    ones exponentially harder."""
+    return -torch.exp(-adv)
 
 
 # ------------------------------------------------------------------ Diffusion-NFT
@@ -141,11 +158,28 @@ def grpo_clipped_loss(log_prob: Tensor, old_log_prob: Tensor, adv: Tensor, eps_l
 
 
 def sde_kl(mean_theta: Tensor, mean_ref: Tensor, std: Tensor) -> Tensor:
-    """Per-sample KL of two Gaussians with equal ``std`` (broadcastable): mean((μ_θ − μ_ref)² / (2·std²));
-    0 for a deterministic step (std 0)."""
+    """Per-sample mean((μ_θ − μ_ref)² / (2·std²)) over non-batch dims, ``std`` broadcastable;
+    0 for a deterministic step (std 0). With the step's own std this is the KL of the two step
+    Gaussians; :func:`kl_std` gives the std each KL form divides by."""
     safe = torch.where(std > 0, std, torch.ones_like(std))
     kl = (mean_theta - mean_ref.detach()) ** 2 / (2.0 * safe**2)
     return mean_flat(torch.where(std > 0, kl, torch.zeros_like(kl)))
+
+
+def kl_std(form: str, sampler: str, step_std: Tensor, sigma: Tensor, sigma_next: Tensor) -> Tensor:
+    """The std the Flow-GRPO KL divides by, broadcastable like ``step_std``.
+
+    ``"gaussian"``: the step's std (exact KL of the two step Gaussians). ``"flow_grpo"``: the
+    std_dev_t flow_grpo's ``sde_step_with_logprob`` returns and ``train_sd3.py`` divides by: for
+    the ``sde`` sampler the step std without its sqrt(σ − σ') factor, for ``cps`` the step std
+    itself (there the two forms agree).
+    """
+    if form == "gaussian" or sampler != "sde":
+        return step_std
+    if form != "flow_grpo":
+        raise ValueError(f"custom.trainer.kl_form must be 'flow_grpo' or 'gaussian', got {form!r}")
+    step = (sigma.float() - sigma_next.float()).reshape(-1, *([1] * (step_std.ndim - 1)))
+    return step_std / step.sqrt()
 
 
 # ------------------------------------------------------------------ best-of-n

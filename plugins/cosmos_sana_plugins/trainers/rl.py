@@ -3,7 +3,8 @@
 cosmos-rl's colocated loop hands ``step_training`` the step's rollouts (one per sample,
 ``extra_info`` as written by :mod:`~cosmos_sana_plugins.trainers.rollout`). One step:
 
-1. collate; advantages per prompt group (``[policy.diffusers.sample] global_std``),
+1. collate; advantages per prompt group over the rollouts of every data-parallel rank
+   (``[policy.diffusers.sample] global_std``, see :mod:`~cosmos_sana_plugins.trainers.advantages`),
    clipped to ``[train.train_policy] advantage_low/high``;
 2. ``mu_iterations`` passes; each shuffles the samples, splits them into optimizer batches
    (``batch_size_per_optimize``) of mini-batches (``mini_batch``) and, per sample, trains on
@@ -21,9 +22,10 @@ from typing import Any
 import torch
 
 from cosmos_sana.log import get_logger
+from cosmos_sana.settings import settings_of
 from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.sana.text import TextConditioning
-from cosmos_sana_plugins.trainers import losses
+from cosmos_sana_plugins.trainers import advantages
 from cosmos_sana_plugins.trainers.base import SanaTrainer
 from cosmos_sana_plugins.trainers.guards import RolloutGuards
 from cosmos_sana_plugins.trainers.policies import RLPolicies
@@ -112,6 +114,16 @@ class SanaRLTrainer(SanaTrainer):
 
     rollout_policy = "current"  # NFT: "old"
     needs_old = False
+    takes_exp_reward = False  # DDRL: [custom.trainer] exp_reward
+
+    @classmethod
+    def check_config(cls, config: Any) -> None:
+        super().check_config(config)
+        if settings_of(config).trainer.exp_reward and not cls.takes_exp_reward:
+            raise ValueError(
+                f"custom.trainer.exp_reward = true: only DDRL (trainer_type sana_ddrl) has this advantage "
+                f"transform, not {cls.__name__}"
+            )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -133,6 +145,23 @@ class SanaRLTrainer(SanaTrainer):
 
     def after_training_step(self, current_step: int) -> None:
         """Hook once the step's updates are done."""
+
+    def transform_advantages(self, adv: torch.Tensor) -> torch.Tensor:
+        """Hook between normalisation and the ``advantage_low/high`` clip (DDRL: ``exp_reward``)."""
+        return adv
+
+    def step_advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        """Per-prompt advantages over the rollouts of every data-parallel rank (this rank's rows),
+        transformed, then clipped to ``[train.train_policy] advantage_low/high``."""
+        tp = self.config.train.train_policy
+        adv = advantages.step_advantages(
+            batch.rewards,
+            batch.group_ids,
+            global_std=self.config.policy.diffusers.sample.global_std,
+            ddof=self.settings.trainer.advantage_std_ddof,
+            group=advantages.data_parallel_group(self.parallel_dims),
+        )
+        return self.transform_advantages(adv).clamp(tp.advantage_low, tp.advantage_high)
 
     # ------------------------------------------------------------------ cosmos-rl API
     def weight_resume(self) -> dict[str, Any]:
@@ -168,8 +197,7 @@ class SanaRLTrainer(SanaTrainer):
         if tripped is not None:  # stop before the step trains or saves anything
             self.run_log.log(current_step, {**summarize("reward", batch.rewards.tolist()), **guard_metrics}, total_steps)
             raise tripped
-        adv = losses.group_advantages(batch.rewards, batch.group_ids, global_std=cfg.sample.global_std)
-        adv = adv.clamp(tp.advantage_low, tp.advantage_high)
+        adv = self.step_advantages(batch)
         per_opt = min(tp.batch_size_per_optimize or batch.size, batch.size)
         mini = min(tp.mini_batch or per_opt, per_opt)
         # loss terms stay on the device until the step ends: no host sync per micro-batch

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,45 +63,73 @@ def encode_request(header: dict[str, Any], array: Any) -> bytes:
 
 
 def decode_request(body: bytes) -> RewardRequest:
-    import numpy as np
-
-    head, sep, blob = body.partition(b"\n")
+    """The request in ``body``; anything malformed is a :class:`ProtocolError` saying what."""
+    head, sep, _ = body.partition(b"\n")
     if not sep:
         raise ProtocolError("body must be a JSON header, a newline, then an .npy array")
     try:
         header = json.loads(head)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"header is not JSON: {exc}") from exc
     if not isinstance(header, dict):
         raise ProtocolError("header must be a JSON object")
-    try:
-        array = np.load(io.BytesIO(blob), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ProtocolError(f"media is not a .npy array: {exc}") from exc
-
     media_type = header.get("media_type", "image")
     if media_type == "latent":
         raise ProtocolError("media_type 'latent' (Wan VAE latents) is not supported: send decoded frames as 'video'")
-    expected_ndim = {"image": 4, "video": 5}.get(media_type)
-    if expected_ndim is None:
+    layout = {"image": "B×H×W×C", "video": "B×T×H×W×C"}.get(media_type)
+    if layout is None:
         raise ProtocolError(f"media_type must be 'image' or 'video', got {media_type!r}")
-    if array.dtype != np.uint8 or array.ndim != expected_ndim or array.shape[-1] not in (1, 3):
-        raise ProtocolError(
-            f"{media_type} media must be uint8 with shape {'B×H×W×C' if expected_ndim == 4 else 'B×T×H×W×C'} "
-            f"(C = 1 or 3), got {array.dtype} {array.shape}"
-        )
+    array = _media_array(body, len(head) + 1, media_type, layout)
     prompts = header.get("prompts")
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise ProtocolError("'prompts' must be a list of strings")
     if len(prompts) != array.shape[0]:
         raise ProtocolError(f"{len(prompts)} prompts for {array.shape[0]} media")
-    rewards = header.get("reward_fn")
-    if isinstance(rewards, list):
+    video_infos = header.get("video_infos") or []
+    if not isinstance(video_infos, list) or not all(isinstance(info, dict) for info in video_infos):
+        raise ProtocolError("'video_infos' must be a list of objects")
+    return RewardRequest(prompts, _weights(header.get("reward_fn")), media_type, array, video_infos)
+
+
+def _weights(rewards: Any) -> dict[str, float]:
+    """``reward_fn`` as ``{name: weight}``: a list of names (weight 1) or an object of finite numbers."""
+    if isinstance(rewards, list) and all(isinstance(name, str) for name in rewards):
         rewards = {name: 1.0 for name in rewards}
     if not isinstance(rewards, dict) or not rewards:
-        raise ProtocolError("'reward_fn' must be a non-empty {name: weight} object")
-    return RewardRequest(prompts, {str(k): float(v) for k, v in rewards.items()}, media_type, array,
-                         list(header.get("video_infos") or []))
+        raise ProtocolError("'reward_fn' must be a non-empty {name: weight} object or a list of names")
+    for name, weight in rewards.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise ProtocolError(f"'reward_fn' weight of {name!r} must be a finite number, got {weight!r}")
+    return {name: float(weight) for name, weight in rewards.items()}
+
+
+def _media_array(body: bytes, offset: int, media_type: str, layout: str) -> Any:
+    """The uint8 ``.npy`` array at ``body[offset:]``. Its header is checked before any data is read
+    or allocated: a header may declare any shape, and numpy would allocate that much first."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    stream = io.BytesIO(memoryview(body)[offset:])
+    readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+    try:
+        version = npy.read_magic(stream)
+        if version not in readers:
+            raise ValueError(f"unsupported .npy format version {version}")
+        shape, fortran_order, dtype = readers[version](stream)
+    except (ValueError, TypeError, SyntaxError) as exc:
+        raise ProtocolError(f"media is not a .npy array: {exc}") from exc
+    ndim = len(layout.split("×"))
+    if dtype != np.uint8 or len(shape) != ndim or shape[-1] not in (1, 3):
+        raise ProtocolError(f"{media_type} media must be uint8 with shape {layout} (C = 1 or 3), got {dtype} {shape}")
+    if min(shape) < 1:
+        raise ProtocolError(f"{media_type} media has an empty dimension: shape {shape} ({layout})")
+    start = offset + stream.tell()
+    if len(body) - start != math.prod(shape):
+        raise ProtocolError(
+            f"media header declares shape {shape} ({math.prod(shape)} bytes) but {len(body) - start} bytes follow it"
+        )
+    order = "F" if fortran_order else "C"
+    return np.frombuffer(body, np.uint8, math.prod(shape), start).reshape(shape, order=order).copy()
 
 
 def load_token(env_var: str | None = None, file: str | None = None) -> str | None:

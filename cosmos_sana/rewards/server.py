@@ -4,12 +4,15 @@
 ``uuid``, ``type``) → ``{"uuid", "scores": {name: [...]}}`` with every reward the
 request asked for, HTTP 400 ``not ready`` until scored, 404 for an unknown (or
 evicted) uuid, 500 when scoring failed. ``GET /health`` lists the rewards served.
-Scoring runs on the :class:`RewardScheduler`'s worker threads.
+A malformed request gets 422 with the reason; a body over ``max_body_bytes`` gets 413,
+before it is read when its ``Content-Length`` says so. Scoring runs on the
+:class:`RewardScheduler`'s worker threads.
 """
 
 # no ``from __future__ import annotations``: FastAPI reads the endpoints' annotations,
 # which name classes imported inside create_app
 import hmac
+import json
 import threading
 import uuid as uuidlib
 from collections import OrderedDict
@@ -24,6 +27,48 @@ logger = get_logger(__name__)
 
 ENQUEUE_PATH = "/api/reward/enqueue"
 PULL_PATH = "/api/reward/pull"
+DEFAULT_MAX_BODY_MB = 1024  # a batch of 8 SANA-Video clips (81 × 480 × 832 RGB) is about 780 MB
+
+
+class BodyLimit:
+    """ASGI middleware answering 413 to a request body over ``limit`` bytes: at once when the
+    ``Content-Length`` header declares more (nothing of the body is read), else as soon as the
+    streamed body passes the limit."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    def _detail(self) -> str:
+        return f"request body over the server's limit of {self.limit} bytes (reward-server --max-request-mb)"
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        received = 0
+
+        async def counted() -> dict:
+            from starlette.exceptions import HTTPException
+
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:  # a chunked body with no Content-Length
+                raise HTTPException(status_code=413, detail=self._detail())
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _refuse(self, send: Any) -> None:
+        body = json.dumps({"detail": self._detail()}).encode()
+        await send({"type": "http.response.start", "status": 413, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
 
 
 class _Results:
@@ -47,12 +92,15 @@ class _Results:
             return self._entries.get(key)
 
 
-def create_app(scheduler: RewardScheduler, token: str | None, *, keep: int = 4096) -> Any:
+def create_app(
+    scheduler: RewardScheduler, token: str | None, *, keep: int = 4096, max_body_bytes: int = DEFAULT_MAX_BODY_MB << 20
+) -> Any:
     """The FastAPI app; ``token=None`` disables authentication (loopback use only)."""
     from fastapi import Depends, FastAPI, Form, HTTPException, Request
     from fastapi.concurrency import run_in_threadpool
 
     app = FastAPI(title="cosmos-sana reward server")
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
     results = _Results(keep)
 
     def authorize(request: Request) -> None:

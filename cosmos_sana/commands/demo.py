@@ -3,9 +3,9 @@
 With an NVIDIA GPU, Redis and cosmos-rl's launcher available: a real
 ``cosmos-rl --config`` launch (controller, Redis, torchrun workers, colocated).
 On a CPU-only machine (cosmos-rl's launcher refuses to start without a GPU and
-its workers need NCCL): the same recipe, registered trainer, rollout, rewards
-and checkpoint code driven in one process. Both end with a LoRA export loaded
-back through stock diffusers and one generated image.
+its workers need NCCL): ``cosmos-sana run --local`` of the same recipe (same
+registered trainer, rollout, rewards and checkpoint code, one process). Both end
+with a LoRA export loaded back through stock diffusers and one generated image.
 """
 
 from __future__ import annotations
@@ -29,15 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mode", choices=("auto", "launch", "local"), default="auto",
         help="launch: cosmos-rl --config (needs a GPU); local: one process; auto: launch when possible",
     )
-
-
-def find_recipe(name: str) -> Path:
-    """``name`` as given, else relative to the source checkout this package runs from."""
-    candidates = [Path(name), Path(__file__).resolve().parents[2] / name]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"recipe {name!r} not found (looked in {', '.join(map(str, candidates))}); pass --recipe")
 
 
 def can_launch() -> tuple[bool, str]:
@@ -78,19 +69,6 @@ def run_launch(data: dict[str, Any], out: Path) -> None:
     subprocess.run(["cosmos-rl", "--config", str(resolved)], check=True)
 
 
-def run_local(data: dict[str, Any], steps: int) -> list[dict[str, Any]]:
-    import copy
-
-    from cosmos_sana.compat.cosmos_rl import cosmos_config_class
-    from cosmos_sana_plugins.trainers.local_loop import build_components, run_local as loop
-
-    config = cosmos_config_class().from_dict(copy.deepcopy(data))
-    trainer, rollout = build_components(config)
-    reports = loop(config, steps, (trainer, rollout))
-    trainer.save_training_state(steps)
-    return reports
-
-
 def export(run_dir: Path, out: Path) -> Path:
     from cosmos_sana.checkpoint import find_latest, runs_root
     from cosmos_sana.export import export_checkpoint
@@ -107,6 +85,8 @@ def export(run_dir: Path, out: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    from cosmos_sana.commands.run import find_recipe, run_recipe
+
     recipe = find_recipe(args.recipe)
     mode = args.mode
     if mode == "auto":
@@ -118,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         run_launch(data, out)
         summary: dict[str, Any] = {"mode": "launch"}
     else:
-        reports = run_local(data, args.steps)
+        _, reports = run_recipe(data)
         rewards = [r["reward/mean"] for r in reports]
         k = max(1, min(5, len(rewards) // 2))
         summary = {

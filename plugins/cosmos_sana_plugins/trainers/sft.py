@@ -41,6 +41,7 @@ class SanaSFTTrainer(SanaTrainer):
         data_arrival_event: Any = None,
     ) -> dict[str, Any]:
         started = time.perf_counter()
+        self.seed_step(train_step + 1)
         self.ensure_lr_schedulers(total_steps)
         self.model.transformer.train()
         packer, mini = self.data_packer, self.config.train.train_policy.mini_batch

@@ -19,7 +19,7 @@ import torch
 
 from cosmos_sana.checkpoint import ModelState, save_checkpoint
 from cosmos_sana.cli import main
-from cosmos_sana.export import export_checkpoint
+from cosmos_sana.export import NonFiniteWeights, export_checkpoint
 from cosmos_sana.export.swap import recover_output
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -93,6 +93,19 @@ def in_child(run: Callable[[], None]) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
+def export_killed_after(checkpoint: Path, out: Path, delay: float) -> None:
+    """Fork an export of ``checkpoint`` to ``out`` and SIGKILL it ``delay`` seconds later (or once it is done)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            export_checkpoint(checkpoint, out)
+        finally:
+            os._exit(0)
+    time.sleep(delay)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
 def kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -111,15 +124,7 @@ def test_kill_at_random_points_keeps_the_previous_export(checkpoints, tmp_path: 
     outcomes = []
     for i in range(runs):
         delay = duration * 1.2 * (i + rng.random()) / runs  # spread over the whole export and a little after
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            try:
-                export_checkpoint(second, out)
-            finally:
-                os._exit(0)
-        time.sleep(delay)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        export_killed_after(second, out, delay)
         left = siblings(out)
         recover_output(out)
         now = files(out)
@@ -134,9 +139,16 @@ def test_kill_at_random_points_keeps_the_previous_export(checkpoints, tmp_path: 
         assert siblings(out) == [], (i, left)
     assert "old" in outcomes, outcomes  # some kills landed mid-export, with a staging folder to clean
 
+    export_killed_after(second, out, duration * 0.4)  # once more, then a later export leaves nothing behind
+    assert [name for name in siblings(out) if ".staging-" in name]
+    export_checkpoint(second, out)
+    assert siblings(out) == [] and json.loads((out / "export_manifest.json").read_text())["source_checkpoint"] == str(
+        second.resolve()
+    )
+
 
 @pytest.mark.parametrize("point", ["after_first_rename", "during_old_removal"])
-def test_kill_inside_the_swap_is_recovered(checkpoints, tmp_path: Path, point: str) -> None:
+def test_kill_inside_the_swap_is_recovered(checkpoints, tiny_image_pipeline_dir: Path, tmp_path: Path, point: str) -> None:
     """Killed between ``out`` → ``out.old-*`` and staging → ``out``: the old export waits complete under
     ``.old-*`` and the next export's recovery puts it back. Killed while deleting the old copy: ``out``
     is the new export and the half-deleted copy (unmarked) is removed."""
@@ -169,14 +181,15 @@ def test_kill_inside_the_swap_is_recovered(checkpoints, tmp_path: Path, point: s
     if point == "after_first_rename":
         assert not out.exists() and files(aside) == old  # readable there until recovered
         assert len(siblings(out)) == 2  # and the unpublished staging folder
-        assert recover_output(out) == out
+        # the next export puts it back first: even one that is then refused leaves it in place
+        poisoned = full_checkpoint(tiny_image_pipeline_dir, tmp_path / "nan", lambda t: t.proj_out.bias.fill_(float("nan")))
+        with pytest.raises(NonFiniteWeights, match="proj_out.bias"):
+            export_checkpoint(poisoned, out)
         assert files(out) == old
     else:
         assert not (aside / "COMPLETE").exists()
         assert json.loads((out / "export_manifest.json").read_text())["source_checkpoint"] == str(second.resolve())
-        assert recover_output(out) is None
-    assert siblings(out) == []
-    export_checkpoint(second, out)
+        export_checkpoint(second, out)
     assert siblings(out) == [] and (out / "COMPLETE").is_file()
 
 

@@ -10,7 +10,7 @@
 #
 # Environment (exported values override the defaults):
 #   DATASET_PATH            training data (folder, .jsonl, .zip; RL prompts may be builtin:NAME) -> DATASET_KEY
-#   REAL_DATA_PATH          DDRL only (its launcher defaults it): real images for the data term -> custom.real_data.args.path
+#   REAL_DATA_PATH          recipes with [custom.real_data] (DDRL) only: real images -> custom.real_data.args.path
 #   VAL_DATASET_PATH        optional: validation data (used when the recipe's [validation] enable = true)
 #                                                                                -> custom.val_data.args.path
 #   BASE_CHECKPOINT_PATH    diffusers pipeline folder (model_index.json)         -> policy.model_name_or_path
@@ -157,7 +157,7 @@ if [[ -n ${VAL_DATASET_PATH:-} ]]; then
   CONFIG_SETS+=("custom.val_data.args.path=$(toml_str "$VAL_DATASET_PATH")")
 fi
 
-if [[ -n ${REAL_DATA_PATH:-} ]]; then
+if [[ -n ${REAL_DATA_PATH:-} ]] && grep -q '^\[custom\.real_data\]' "$TOML_FILE"; then  # DDRL's data term
   REAL_DATA_PATH=$(abspath "$REAL_DATA_PATH")
   [[ -e $REAL_DATA_PATH ]] ||
     die "REAL_DATA_PATH=$REAL_DATA_PATH does not exist: export REAL_DATA_PATH=<image/caption pairs for DDRL's data term> (layouts: README 'Data'; check it with: $COSMOS_SANA data check $REAL_DATA_PATH)"

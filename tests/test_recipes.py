@@ -10,8 +10,8 @@ import pytest
 
 TOML = Path(__file__).resolve().parents[1] / "toml"
 RECIPES = sorted(TOML.glob("*.toml")) + sorted(TOML.glob("tiny/*.toml"))
-NAMES = ["sana-image-sft", "sana-image-sft-lora", "sana-image-nft", "sana-image-grpo", "sana-image-ddrl",
-         "sana-video-sft-lora", "sana-video-nft"]
+NAMES = ["sana-image-sft", "sana-image-sft-lora", "sana-image-nft", "sana-image-nft-best-of-n", "sana-image-grpo",
+         "sana-image-ddrl", "sana-video-sft-lora", "sana-video-nft"]
 
 
 def load(path: Path) -> dict:

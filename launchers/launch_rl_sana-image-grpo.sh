@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Flow-GRPO of SANA-1.5 1.6B with LoRA, SDE rollouts, OCR prompts, colocated rollout (recipe toml/sana-image-grpo.toml).
+#
+#   launchers/launch_rl_sana-image-grpo.sh [--dry-run | --dryrun] [-- key.path=value ...]
+#
+# Exported variables override the defaults below; see launchers/_sft_launcher_common.sh for all of them.
+RECIPE=sana-image-grpo
+MODALITY=image
+LAUNCH_KIND=rl
+: "${DATASET_PATH:=builtin:ocr}"
+: "${BASE_CHECKPOINT_PATH:=./checkpoints/SANA1.5_1.6B_1024px_diffusers}"
+: "${NPROC_PER_NODE:=8}"
+
+# shellcheck source-path=SCRIPTDIR source=_sft_launcher_common.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/_sft_launcher_common.sh" "$@"

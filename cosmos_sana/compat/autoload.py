@@ -12,6 +12,11 @@ only when the command line mentions cosmos (a string test, nothing imported).
   ``python -m <stock entry module>``, it redirects that one ``-m`` lookup to
   :mod:`cosmos_sana.bridge`, which loads the plugins and calls cosmos-rl's worker
   entry with our datasets, packers and rewards.
+* The SANA how-to's forms ``cosmos-rl --config X.toml cosmos_rl.tools.dataset.diffusion_nft``
+  (NFT) and ``... cosmos_rl.tools.dataset.diffusers_dataset`` (SFT) are redirected the same
+  way in every role, so upstream's dataset script (its own prompt sets and packer) never runs
+  with our recipes. Any other script of ``cosmos_rl.tools.dataset`` with our recipe is refused
+  in the launcher, before anything starts, with the forms that work.
 
 Standard library only: this runs before anything else in those processes.
 """
@@ -35,6 +40,19 @@ STOCK_ENTRY_MODULES = frozenset(
         "cosmos_rl.rollout.rollout_entry",  # Rollout
         "cosmos_rl.reference.reference_entry",  # Reference
     }
+)
+#: Upstream dataset scripts the SANA how-to passes as the script argument; ours run instead.
+HOWTO_SCRIPT_MODULES = frozenset(
+    {
+        "cosmos_rl.tools.dataset.diffusion_nft",  # NFT and video NFT
+        "cosmos_rl.tools.dataset.diffusers_dataset",  # SFT and SFT LoRA
+    }
+)
+UPSTREAM_DATASET_SCRIPTS = "cosmos_rl.tools.dataset"
+WORKING_FORMS = (
+    "cosmos-rl --config X.toml",
+    "cosmos-rl --config X.toml cosmos_sana.bridge",
+    *(f"cosmos-rl --config X.toml {module}" for module in sorted(HOWTO_SCRIPT_MODULES)),
 )
 LAUNCHER_MODULE = "cosmos_rl.launcher.launch_all"
 LAUNCHER_SCRIPT = "cosmos-rl"
@@ -71,6 +89,35 @@ def config_wants_cosmos_sana(path: str) -> bool:
         return False  # cosmos-rl reports unreadable configs itself
     custom = data.get("custom")
     return isinstance(custom, dict) and custom.get("package") == "cosmos-sana"
+
+
+def unsupported_script(argv: list[str]) -> str | None:
+    """The launcher's script argument when it is one of upstream's dataset scripts that would
+    run instead of ours: any module of ``cosmos_rl.tools.dataset`` but :data:`HOWTO_SCRIPT_MODULES`,
+    or any of their files (a file runs as given, so it cannot be redirected)."""
+    folder = "/" + UPSTREAM_DATASET_SCRIPTS.replace(".", "/") + "/"
+    for arg in argv[1:]:
+        if arg.startswith(f"{UPSTREAM_DATASET_SCRIPTS}.") and arg not in HOWTO_SCRIPT_MODULES:
+            return arg
+        if arg.endswith(".py") and folder in "/" + arg.replace(os.sep, "/"):
+            return arg
+    return None
+
+
+def refusal_message(script: str, config: str) -> str:
+    forms = "\n".join(f"  {form}" for form in WORKING_FORMS)
+    return (
+        f"cosmos-sana: {config} is a cosmos-sana recipe; the script {script} would replace its datasets, "
+        f"rollout and rewards with upstream's. Run it in one of these forms (X.toml = {config}):\n{forms}\n"
+    )
+
+
+def _refuse(message: str) -> None:
+    """Stop the launcher before it starts anything (this runs at interpreter start-up, where an
+    exception would end as a fatal site-module error instead of a message)."""
+    sys.stderr.write(message)
+    sys.stderr.flush()
+    os._exit(2)
 
 
 def is_launcher(argv: list[str]) -> bool:
@@ -125,12 +172,15 @@ def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
     if "COSMOS_ROLE" not in environ and is_launcher(argv):
         config = _config_path(argv)
         if config and config_wants_cosmos_sana(config):
+            script = unsupported_script(argv)
+            if script is not None:
+                _refuse(refusal_message(script, config))
             environ[ENV_FLAG] = "1"
             return "launcher-flagged"
         return "launcher-not-ours"
     if environ.get("COSMOS_ROLE") and environ.get(ENV_FLAG) == "1":
         module = _argv_module(argv)
-        if module in STOCK_ENTRY_MODULES:
+        if module in STOCK_ENTRY_MODULES or module in HOWTO_SCRIPT_MODULES:
             sys.meta_path.insert(0, EntryRedirectFinder(module))
             return "redirect-installed"
     return "inactive"

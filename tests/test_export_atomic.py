@@ -74,6 +74,20 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_image_pipeline_di
     return first, second
 
 
+def poison(checkpoint: Path, key: str, value: float) -> None:
+    """Set the first element of ``key`` in the checkpoint's model part to ``value``. Written past
+    ``save_checkpoint`` (which refuses NaN/inf), as an older or externally converted checkpoint may be."""
+    from cosmos_sana.checkpoint.dcp_io import load_state, read_metadata, save_state
+
+    model = checkpoint / "model"
+    stored = read_metadata(model).state_dict_metadata
+    state = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in stored.items()}
+    load_state(state, model)
+    state[key].view(-1)[0] = value
+    shutil.rmtree(model)
+    save_state(state, model)
+
+
 def previous_export(checkpoint: Path, out: Path) -> dict[str, bytes]:
     export_checkpoint(checkpoint, out)
     return files(out)
@@ -148,7 +162,7 @@ def test_kill_at_random_points_keeps_the_previous_export(checkpoints, tmp_path: 
 
 
 @pytest.mark.parametrize("point", ["after_first_rename", "during_old_removal"])
-def test_kill_inside_the_swap_is_recovered(checkpoints, tiny_image_pipeline_dir: Path, tmp_path: Path, point: str) -> None:
+def test_kill_inside_the_swap_is_recovered(checkpoints, tmp_path: Path, point: str) -> None:
     """Killed between ``out`` → ``out.old-*`` and staging → ``out``: the old export waits complete under
     ``.old-*`` and the next export's recovery puts it back. Killed while deleting the old copy: ``out``
     is the new export and the half-deleted copy (unmarked) is removed."""
@@ -182,7 +196,9 @@ def test_kill_inside_the_swap_is_recovered(checkpoints, tiny_image_pipeline_dir:
         assert not out.exists() and files(aside) == old  # readable there until recovered
         assert len(siblings(out)) == 2  # and the unpublished staging folder
         # the next export puts it back first: even one that is then refused leaves it in place
-        poisoned = full_checkpoint(tiny_image_pipeline_dir, tmp_path / "nan", lambda t: t.proj_out.bias.fill_(float("nan")))
+        poisoned = tmp_path / "nan"
+        shutil.copytree(first, poisoned)
+        poison(poisoned, "proj_out.bias", float("nan"))
         with pytest.raises(NonFiniteWeights, match="proj_out.bias"):
             export_checkpoint(poisoned, out)
         assert files(out) == old
@@ -277,35 +293,26 @@ def test_failing_verify_keeps_the_previous_export(checkpoints, tiny_image_pipeli
     assert files(out) == old and siblings(out) == []
 
 
-def test_non_finite_full_weights_are_refused_without_verify(checkpoints, tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize(("fmt", "verify"), [("diffusers", []), ("native", []), ("diffusers", ["--verify"])])
+def test_non_finite_full_weights_are_refused(
+    checkpoints, tmp_path: Path, capsys, fmt: str, verify: list[str]
+) -> None:
+    """Refused before anything is written or generated, with ``--verify`` or without."""
     first, _ = checkpoints
     out = tmp_path / "export"
     old = previous_export(first, out)
-
-    def poison(t: torch.nn.Module) -> None:
-        t.caption_norm.weight[3] = float("inf")
-
-    bad = full_checkpoint(tiny_image_pipeline_dir, tmp_path / "bad", poison)
-    for fmt in ("diffusers", "native"):
-        assert main(["export", str(bad), "--out", str(out), "--format", fmt]) == 1
-        assert f"{bad}: weight 'caption_norm.weight' has 1 NaN/inf values of 32" in capsys.readouterr().err
-        assert files(out) == old and siblings(out) == []
+    bad = tmp_path / "bad"
+    shutil.copytree(first, bad)
+    poison(bad, "caption_norm.weight", float("inf"))
+    assert main(["export", str(bad), "--out", str(out), "--format", fmt, *verify, "--verify-size", "64"]) == 1
+    assert f"{bad}: weight 'caption_norm.weight' has 1 NaN/inf values of 32; nothing exported" in capsys.readouterr().err
+    assert files(out) == old and siblings(out) == []
 
 
 def test_non_finite_lora_weights_are_refused(tiny_image_pipeline_dir: Path, tmp_path: Path, capsys) -> None:
-    from cosmos_sana.checkpoint.dcp_io import load_state, save_state
-
     checkpoint = lora_checkpoint(tiny_image_pipeline_dir, tmp_path / "run", 0.01)
-    model = checkpoint / "model"
-    from cosmos_sana.checkpoint.dcp_io import read_metadata
-
-    stored = read_metadata(model).state_dict_metadata
-    state = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in stored.items()}
-    load_state(state, model)
     key = "transformer_blocks.0.attn2.to_v.lora_B.default.weight"
-    state[key][0, 0] = float("nan")
-    shutil.rmtree(model)
-    save_state(state, model)
+    poison(checkpoint, key, float("nan"))
     for fmt in ("lora", "merged"):
         out = tmp_path / fmt
         assert main(["export", str(checkpoint), "--out", str(out), "--format", fmt]) == 1

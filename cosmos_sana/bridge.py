@@ -28,11 +28,14 @@ DEFAULT_DATA_PACKER = "sana"
 
 def worker_entry_kwargs(registry: PluginRegistry) -> dict[str, Any]:
     """The keyword arguments for cosmos-rl's ``worker_entry.main``."""
+    from cosmos_sana.rewards.cosmos_reward import CosmosRewardFn
+
     packer = data_packer_factory(registry, DEFAULT_DATA_PACKER) if "sana" in registry.names("data_packer") else None
     kwargs: dict[str, Any] = {
         "dataset": dataset_factory(registry, "data"),
         "val_dataset": dataset_factory(registry, "val_data"),
         "reward_fns": [reward_fns_factory(registry)],
+        "val_reward_fns": [CosmosRewardFn(registry, validation=True)],  # [custom.guards] holdout_rewards
     }
     if packer is not None:
         kwargs["data_packer"] = packer

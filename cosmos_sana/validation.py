@@ -236,6 +236,8 @@ def check_components(settings: SanaCustomConfig, registry: PluginRegistry) -> li
     refs.extend(("reward", f"custom.rewards[{i}]", ref) for i, ref in enumerate(settings.rewards))
     holdout = settings.guards.holdout_rewards
     refs.extend(("reward", f"custom.guards.holdout_rewards[{i}]", ref) for i, ref in enumerate(holdout))
+    holdout = settings.guards.holdout_rewards
+    refs.extend(("reward", f"custom.guards.holdout_rewards[{i}]", ref) for i, ref in enumerate(holdout))
     issues = []
     for kind, where, ref in refs:
         try:

@@ -191,3 +191,57 @@ def test_tiny_run_logs_guard_statistics_and_a_threshold_stops_it(tiny_image_pipe
     assert [m["step"] for m in logged] == [1, 2]
     assert logged[1]["guard/saturation"] == info.value.value and "train/loss" not in logged[1]
     assert [p.name for p in checkpoint_dir(config.train.output_dir, 1).parent.iterdir()] == [checkpoint_dir(".", 1).name]
+
+
+# ---------------------------------------------------------------- held-out validation scorer
+
+def test_validation_reward_fn_scores_with_the_holdout_rewards(tiny_image_pipeline_dir, tmp_path, cosmos_registries):
+    """cosmos-rl's validation path: the rollout renders validation prompts, the validation reward
+    function scores them with ``holdout_rewards`` (inline), training keeps ``[[custom.rewards]]``."""
+    from cosmos_rl.dispatcher.data.schema import RLPayload
+
+    from cosmos_sana.bridge import worker_entry_kwargs
+    from cosmos_sana.plugin_manager import installed_plugins
+    from cosmos_sana.rewards import ledger
+    from cosmos_sana_plugins.rewards.jpeg import jpeg_kilobytes
+    from cosmos_sana_plugins.trainers.local_loop import build_components, score_payload
+
+    holdout = {"custom.guards": {"holdout_rewards": [{"name": "jpeg_incompressibility"}]}, "validation.n_generation": 2}
+    config = recipe("sana-image-grpo", tiny_image_pipeline_dir, tmp_path, holdout)
+    _, rollout = build_components(config)
+    payloads = [RLPayload(prompt={"prompt": "a red fox", "metadata": {}}, prompt_idx=0)]
+    result = rollout.rollout_generation(payloads, None, None, None, is_validation=True)[0]
+    assert ledger.sample_ids_of(payloads[0].prompt) is None  # not submitted to the training scorers
+    payloads[0].completions = result.completions
+
+    kwargs = worker_entry_kwargs(installed_plugins())
+    [validation_fn], [training_fn] = kwargs["val_reward_fns"], kwargs["reward_fns"]
+    totals, parts = score_payload(validation_fn, payloads[0], config)
+    kilobytes = jpeg_kilobytes(result.completions)
+    assert totals == pytest.approx(kilobytes) and [p["jpeg_incompressibility"] for p in parts] == pytest.approx(kilobytes)
+    training, _ = score_payload(training_fn, payloads[0], config)
+    assert training == pytest.approx([-kb / 500 for kb in kilobytes])
+
+    # without holdout_rewards validation is scored like training (through the rollout's async submission)
+    config = recipe("sana-image-grpo", tiny_image_pipeline_dir, tmp_path / "plain", {"validation.n_generation": 2})
+    _, rollout = build_components(config)
+    payloads = [RLPayload(prompt={"prompt": "a red fox", "metadata": {}}, prompt_idx=0)]
+    payloads[0].completions = rollout.rollout_generation(payloads, None, None, None, is_validation=True)[0].completions
+    assert ledger.sample_ids_of(payloads[0].prompt) is not None
+    totals, _ = score_payload(validation_fn, payloads[0], config)
+    assert totals == pytest.approx([-kb / 500 for kb in jpeg_kilobytes(payloads[0].completions)])
+
+
+def test_holdout_reward_names_are_validated(tmp_path):
+    from cosmos_sana.plugin_manager import load_plugins
+    from cosmos_sana.validation import ConfigInvalid, validate_file
+
+    path = tmp_path / "recipe.toml"
+    path.write_text(
+        f'mode = "colocated"\n[train]\noutput_dir = "{tmp_path}"\n[train.train_policy]\ntype = "sft"\n'
+        '[policy]\nmodel_name_or_path = "/models/sana"\n[policy.parallelism]\ntp_size = 1\n'
+        '[custom]\npackage = "cosmos-sana"\n[[custom.guards.holdout_rewards]]\nname = "pickscor"\n'
+    )
+    with pytest.raises(ConfigInvalid) as info:
+        validate_file(path, registry=load_plugins())
+    assert [issue.path for issue in info.value.issues] == ["custom.guards.holdout_rewards[0].name"]

@@ -5,6 +5,10 @@ Every RL step logs ``guard/saturation``, ``guard/high_freq``, ``guard/periodicit
 ``cosmos_sana_plugins.trainers.image_stats``) whether or not a threshold is set. A threshold
 stops the run when its statistic is above it for ``patience`` consecutive steps; each is off
 (``None``) by default.
+
+``holdout_rewards`` scores cosmos-rl's validation (``[validation] enable``, every ``freq``
+steps, on ``[custom.val_data]`` prompts) with other scorers than ``[[custom.rewards]]``: a
+held-out check that the policy is not trained to please.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from cosmos_sana.config.base import StrictModel
+from cosmos_sana.config.reward import RewardRef
 
 #: statistic → the ``[custom.guards]`` key of its threshold
 THRESHOLD_KEYS = {
@@ -43,6 +48,11 @@ class GuardOptions(StrictModel):
     )
     patience: int = Field(
         default=1, ge=1, description="consecutive steps a statistic must be above its threshold before the run stops"
+    )
+    holdout_rewards: list[RewardRef] = Field(
+        default_factory=list,
+        description="validation ([validation] enable, every [validation] freq steps, [custom.val_data] prompts) is "
+        "scored with these reward terms instead of [[custom.rewards]]; empty: the training rewards",
     )
 
     def thresholds(self) -> dict[str, float]:

@@ -10,6 +10,11 @@ With ``[custom.reward_runtime] mode = "async"`` the ``sana`` rollout has already
 the samples and tagged the prompt with their ids (:mod:`cosmos_sana.rewards.ledger`): the
 function takes those scores, waiting if needed; an id never submitted is an error. Untagged
 prompts, and in ``mode = "sync"`` ids never submitted, are scored inline (with retries).
+
+The validation reward function (``validation=True``) scores with ``[custom.guards]
+holdout_rewards`` when that list is set: a second scorer the policy is not trained on, so a
+reward hack shows as training reward rising while the held-out score does not. It then always
+scores inline (the rollout submits no validation samples in that case).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from cosmos_sana.plugin_manager import PluginRegistry
 from cosmos_sana.rewards import ledger
 from cosmos_sana.rewards.scheduler import RewardScheduler
+from cosmos_sana.rewards.scorers import ScorerSet
 from cosmos_sana.settings import settings_of
 
 
@@ -57,15 +63,21 @@ def split_completions(completion: Any, config: Any) -> tuple[list[Any], bool]:
 
 
 class CosmosRewardFn:
-    """One cosmos-rl reward function for all ``[[custom.rewards]]`` terms."""
+    """One cosmos-rl reward function for all ``[[custom.rewards]]`` terms (or, for validation,
+    the ``[custom.guards] holdout_rewards`` terms when set)."""
 
     __name__ = "cosmos_sana_reward"
 
-    def __init__(self, registry: PluginRegistry) -> None:
+    def __init__(self, registry: PluginRegistry, *, validation: bool = False) -> None:
         self.registry = registry
+        self.validation = validation
         self._scheduler: RewardScheduler | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count()
+
+    def holdout(self, cosmos_config: Any) -> bool:
+        """Whether this function scores with ``[custom.guards] holdout_rewards``."""
+        return self.validation and bool(settings_of(cosmos_config).guards.holdout_rewards)
 
     def scheduler(self, cosmos_config: Any, device: Any) -> RewardScheduler:
         """The inline scheduler (built on first use)."""
@@ -73,7 +85,11 @@ class CosmosRewardFn:
             if self._scheduler is None:
                 settings = settings_of(cosmos_config)
                 runtime = settings.reward_runtime
-                scorers = ledger.shared_scorers(settings, self.registry, device)
+                if self.holdout(cosmos_config):
+                    refs, where = settings.guards.holdout_rewards, "custom.guards.holdout_rewards"
+                    scorers = ScorerSet.build(refs, self.registry, runtime.device or device, where=where)
+                else:
+                    scorers = ledger.shared_scorers(settings, self.registry, device)
                 self._scheduler = RewardScheduler(
                     scorers, mode="sync", retries=runtime.retries, timeout_s=runtime.timeout_s
                 )
@@ -81,7 +97,7 @@ class CosmosRewardFn:
 
     def __call__(self, completion: Any, reference: Any = None, *, config: Any = None, prompt: Any = None, **kw: Any):
         samples, batched = split_completions(completion, config)
-        ids = ledger.sample_ids_of(prompt)
+        ids = None if self.holdout(config) else ledger.sample_ids_of(prompt)
         if ids is not None and (ledger.LEDGER.known(ids) or settings_of(config).reward_runtime.mode == "async"):
             rows = [ledger.LEDGER.take(s) for s in ledger.LEDGER.match(ids, samples)]
         else:

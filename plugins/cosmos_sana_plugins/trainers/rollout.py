@@ -198,7 +198,8 @@ class SanaRollout(RolloutBase):
         prompts, metadata = [t for t, _ in items], [m for _, m in items]
         settings = sampler_settings(self.config, self.model, validation=is_validation)
         text = self.model.encode_text(prompts)
-        submission = self._reward_submission(payloads, n, timed=not is_validation)
+        holdout = is_validation and bool(self.settings.guards.holdout_rewards)  # scored inline by other scorers
+        submission = None if holdout else self._reward_submission(payloads, n, timed=not is_validation)
         on_chunk = None if submission is None else submission.on_chunk
         with self._view(is_validation) as policy_view, self._fast_view(policy_view) as view:
             if self._best_of_n is not None and not is_validation:

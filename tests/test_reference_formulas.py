@@ -561,3 +561,31 @@ def test_flow_grpo_on_tiny_sana_matches_flow_grpo(cfg_form, tiny_image_pipeline_
     assert_rel(loss, ref, FP32_RTOL)
     for g, r in zip(grads, ref_grads):
         assert_rel(g, r, FP32_RTOL)
+
+
+# ============================================================== the recipe that claims Flow-GRPO's settings
+
+
+def test_grpo_recipe_carries_flow_grpo_ocr_settings():
+    """flow_grpo ``config/grpo.py`` ``general_ocr_sd3`` (over ``config/base.py``): 48 prompts × 24 images,
+    10 steps (40 for evaluation), CFG 4.5, η 0.7, timestep_fraction 0.99, β 0.04, global std, clip 1e-4,
+    advantages clipped at 5, lr 3e-4, EMA, two optimizer steps a step; SD3.5-M's σ grid has shift 3."""
+    import tomllib
+
+    with open(Path(__file__).resolve().parents[1] / "toml" / "sana-image-grpo.toml", "rb") as handle:
+        data = tomllib.load(handle)
+    diffusers, train, policy = data["policy"]["diffusers"], data["train"], data["train"]["train_policy"]
+    sample, rollout = diffusers["sample"], data["custom"]["rollout"]
+    assert (sample["num_steps"], sample["eval_num_steps"], sample["guidance_scale"], sample["noise_level"]) == \
+        (10, 40, 4.5, 0.7)
+    assert sample["global_std"] is True and diffusers["timesteps_fraction"] == 0.99
+    assert (rollout["sampler"], rollout["sigma_schedule"], rollout["flow_shift"]) == ("sde", "shifted", 3.0)
+    assert (policy["kl_beta"], policy["epsilon_low"], policy["epsilon_high"]) == (0.04, 1e-4, 1e-4)
+    assert (policy["advantage_low"], policy["advantage_high"]) == (-5.0, 5.0)
+    gpus = data["policy"]["parallelism"]["dp_shard_size"]
+    assert train["train_batch_per_replica"] == 48 * data["rollout"]["n_generation"] == 48 * 24
+    assert train["train_batch_per_replica"] // gpus // policy["batch_size_per_optimize"] == 2
+    assert (train["optm_lr"], train["optm_weight_decay"], train["optm_grad_norm_clip"], train["ema_enable"]) == \
+        (3e-4, 1e-4, 1.0, True)
+    trainer = data["custom"].get("trainer", {})
+    assert trainer.get("kl_form", "flow_grpo") == "flow_grpo" and trainer.get("cfg_uncond_grad", "flow") == "flow"

@@ -74,7 +74,7 @@ def check_out_path(out: Path, checkpoint: Path, source: ExportSource) -> None:
     (replacing ``out`` would delete them); a training output dir given as ``checkpoint`` may hold ``out``."""
     target = out.resolve()
     protected = [("the checkpoint", source.path, True), ("the base", source.base_pipeline, True)]
-    protected += [("the base weights", path, True) for path in source.base.local_paths[1:]]
+    protected += [("the base weights", path, True) for path in source.base.weight_paths]
     protected.append(("the checkpoint argument", checkpoint, False))
     for label, path, refuse_inside in protected:
         resolved = path.resolve()

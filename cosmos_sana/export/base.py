@@ -39,9 +39,9 @@ class BaseWeights:
     recorded_in: Path | None = None
 
     @property
-    def local_paths(self) -> list[Path]:
-        """Every local file or folder the base reads (export must never write over them)."""
-        paths = [self.pipeline]
+    def weight_paths(self) -> list[Path]:
+        """The local native checkpoint and ``init_from`` folder this base reads, if any."""
+        paths = []
         if self.native_checkpoint and not self.native_checkpoint.startswith(REMOTE_PREFIX):
             paths.append(Path(self.native_checkpoint).expanduser())
         if self.init_from is not None:

@@ -75,16 +75,34 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
     return data
 
 
-def load_toml(path: str | Path, overrides: Iterable[str] = ()) -> dict[str, Any]:
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A recipe file's TOML; a missing, unreadable, binary or malformed file is a
+    :class:`ConfigInvalid` naming the file."""
     path = Path(path)
+
+    def invalid(where: str, message: str) -> ConfigInvalid:
+        return ConfigInvalid(str(path), [Issue(where, message)])
+
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
+        raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigInvalid(str(path), [Issue("<file>", "no such file")]) from None
+        raise invalid("<file>", "no such file") from None
+    except IsADirectoryError:
+        raise invalid("<file>", "is a folder; give the recipe's .toml file") from None
+    except OSError as exc:
+        raise invalid("<file>", f"cannot read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise invalid("<file>", f"not a text file (byte {exc.start} is not UTF-8); a recipe is a TOML text file") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigInvalid(str(path), [Issue("<toml>", f"not valid TOML: {exc}")]) from None
-    return apply_overrides(data, overrides)
+        raise invalid("<toml>", f"not valid TOML: {exc}") from None
+
+
+def load_toml(path: str | Path, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    return apply_overrides(read_toml(path), overrides)
 
 
 # ---------------------------------------------------------------- upstream sections
@@ -234,8 +252,6 @@ def check_components(settings: SanaCustomConfig, registry: PluginRegistry) -> li
         if ref is not None:
             refs.append(("dataset", f"custom.{field}", ref))
     refs.extend(("reward", f"custom.rewards[{i}]", ref) for i, ref in enumerate(settings.rewards))
-    holdout = settings.guards.holdout_rewards
-    refs.extend(("reward", f"custom.guards.holdout_rewards[{i}]", ref) for i, ref in enumerate(holdout))
     holdout = settings.guards.holdout_rewards
     refs.extend(("reward", f"custom.guards.holdout_rewards[{i}]", ref) for i, ref in enumerate(holdout))
     issues = []

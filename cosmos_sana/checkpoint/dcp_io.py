@@ -217,7 +217,9 @@ def stored_keys(path: str | Path) -> set[str]:
 def load_state(state: dict[str, Any], path: str | Path) -> None:
     """Fill ``state`` in place from the DCP folder ``path`` (tensors are copied into, others replaced)."""
     path = Path(path)
-    stored = stored_keys(path)
+    metadata = read_metadata(path)
+    stored = set(metadata.state_dict_metadata)
+    check_data_files(path, metadata)
     try:
         with _single_process_quiet():
             dcp.load(state, storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner(), no_dist=not is_distributed())
@@ -228,9 +230,26 @@ def load_state(state: dict[str, Any], path: str | Path) -> None:
         raise CheckpointError(f"{path}: cannot load ({_reason(exc)}); stored keys include: {sample}") from exc
 
 
+def check_data_files(path: Path, metadata: Metadata) -> None:
+    """Every data file the metadata points into exists and is long enough; a truncated shard
+    (an interrupted copy) is named instead of failing inside DCP's reader."""
+    needed: dict[str, int] = {}
+    for info in (getattr(metadata, "storage_data", None) or {}).values():
+        end = int(info.offset) + int(info.length)
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, end in sorted(needed.items()):
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{path}: cannot load: data file {name} is missing (the checkpoint is incomplete)")
+        size = file.stat().st_size
+        if size < end:
+            raise CheckpointError(f"{file}: cannot load: truncated to {size} bytes, the checkpoint's metadata "
+                                  f"needs {end}")
+
+
 def _reason(exc: BaseException) -> str:
-    """The first rank's underlying error of a DCP ``CheckpointException``."""
+    """The first rank's underlying error of a DCP ``CheckpointException``, with its type
+    (several of the reader's errors have no message of their own)."""
     if isinstance(exc, CheckpointException) and exc.failures:
-        first_error, _trace = next(iter(exc.failures.values()))
-        return str(first_error)
-    return str(exc)
+        exc, _trace = next(iter(exc.failures.values()))
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

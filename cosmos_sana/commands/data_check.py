@@ -63,19 +63,17 @@ def _path_report(args: argparse.Namespace) -> Any:
 
 
 def _recipe_reports(path: str) -> list[Any]:
-    import tomllib
-
     from cosmos_sana.config import wants_cosmos_sana
     from cosmos_sana.plugin_manager import PluginError, installed_plugins
     from cosmos_sana.runtime import component_params
     from cosmos_sana.settings import SettingsError, parse_custom
+    from cosmos_sana.validation import ConfigInvalid, read_toml
     from cosmos_sana_plugins.datasets.check import check_dataset, quiet_skips
 
     try:
-        with open(path, "rb") as handle:
-            raw = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise _UsageError(f"{path}: {exc}") from exc
+        raw = read_toml(path)
+    except ConfigInvalid as exc:
+        raise _UsageError(str(exc)) from exc
     if not wants_cosmos_sana(raw):
         raise _UsageError(f'{path}: not a cosmos-sana recipe (needs [custom] package = "cosmos-sana")')
     try:

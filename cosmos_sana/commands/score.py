@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cosmos_sana.plugin_manager import PluginError, installed_plugins
+    from cosmos_sana.rewards.client import RemoteRewardError
     from cosmos_sana.rewards.media_files import load_media
     from cosmos_sana.rewards.scorers import ScorerSet
     from cosmos_sana.rewards.selection import SelectionError, select_rewards
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         refs, _ = select_rewards(args.reward, args.reward_args, args.config)
         scorers = ScorerSet.build(refs, installed_plugins(), device=args.device)
-    except (SelectionError, SettingsError, PluginError, KeyError, FileNotFoundError) as exc:
+    except (SelectionError, SettingsError, PluginError, KeyError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for path, prompt in zip(args.files, prompts):
@@ -46,7 +47,15 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        scores = scorers.score(media.unsqueeze(0).to(args.device), [prompt])
+        try:
+            scores = scorers.score(media.unsqueeze(0).to(args.device), [prompt])
+        except ValueError as exc:  # a reward that cannot score this input, e.g. OCR without a quoted target
+            hint = "; give the prompt with --prompt" if not args.prompt else ""
+            print(f"error: {path}: {exc}{hint}", file=sys.stderr)
+            return 2
+        except RemoteRewardError as exc:
+            print(f"error: {path}: {exc}", file=sys.stderr)
+            return 2
         line = {"file": path, "prompt": prompt, "total": scores.total[0],
                 "scores": {name: values[0] for name, values in scores.components.items()}}
         print(json.dumps(line), flush=True)

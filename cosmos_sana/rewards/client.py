@@ -55,35 +55,40 @@ class RemoteRewardClient:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
-    def enqueue(self, media: Any, prompts: Sequence[str], rewards: Mapping[str, float] | Sequence[str]) -> str:
-        """Send a float batch in [0, 1] (images or videos); returns the request's uuid."""
+    def _post(self, url: str, what: str, **kwargs: Any) -> Any:
+        """``requests.post``; an unreachable server or a refused token is a :class:`RemoteRewardError`
+        that says what to fix (a token is never part of a message)."""
         import requests
 
+        try:
+            response = requests.post(url, headers=self._headers() | kwargs.pop("headers", {}),
+                                     timeout=self.request_timeout_s, **kwargs)
+        except requests.RequestException as exc:
+            raise RemoteRewardError(f"{what}: cannot reach {url} ({type(exc).__name__}: {exc})") from exc
+        if response.status_code in (401, 403):
+            fix = (f"no token was sent: set {TOKEN_ENV} (or the reward's token_env / token_file)" if not self._token
+                   else f"the token was not accepted: check {TOKEN_ENV} (or the reward's token_env / token_file)")
+            raise RemoteRewardError(f"{what}: {url} refused the request (HTTP {response.status_code}); {fix}")
+        return response
+
+    def enqueue(self, media: Any, prompts: Sequence[str], rewards: Mapping[str, float] | Sequence[str]) -> str:
+        """Send a float batch in [0, 1] (images or videos); returns the request's uuid."""
         array, media_type = to_wire(media)
         weights = dict(rewards) if isinstance(rewards, Mapping) else {name: 1.0 for name in rewards}
         header = {"prompts": list(prompts), "reward_fn": weights, "media_type": media_type}
-        response = requests.post(
-            self.enqueue_url,
-            data=encode_request(header, array),
-            headers={"Content-Type": "application/octet-stream", **self._headers()},
-            timeout=self.request_timeout_s,
-        )
+        response = self._post(self.enqueue_url, "enqueue", data=encode_request(header, array),
+                              headers={"Content-Type": "application/octet-stream"})
         if response.status_code != 200:
             raise RemoteRewardError(f"enqueue to {self.enqueue_url} failed: HTTP {response.status_code}: {response.text}")
         return response.json()["uuid"]
 
     def fetch(self, uuid: str, names: Sequence[str]) -> dict[str, list[float]]:
         """Each named reward's scores, waiting while the server says ``not ready``."""
-        import requests
-
         deadline = time.monotonic() + self.timeout_s
         scores: dict[str, list[float]] = {}
         for name in names:
             while True:
-                response = requests.post(
-                    self.fetch_url, data={"uuid": uuid, "type": name}, headers=self._headers(),
-                    timeout=self.request_timeout_s,
-                )
+                response = self._post(self.fetch_url, f"fetching {name!r}", data={"uuid": uuid, "type": name})
                 if response.status_code == 200:
                     break
                 if response.status_code != 400:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 from cosmos_sana.config import RewardRef, RewardRuntime
 from cosmos_sana.settings import parse_custom
+from cosmos_sana.validation import ConfigInvalid, read_toml
 
 
 class SelectionError(ValueError):
@@ -47,9 +47,9 @@ def select_rewards(
             raise SelectionError("give either --config or --reward, not both")
         path = Path(config)
         try:
-            custom = tomllib.loads(path.read_text()).get("custom", {})
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SelectionError(f"--config {config}: {exc}") from exc
+            custom = read_toml(path).get("custom", {})
+        except ConfigInvalid as exc:
+            raise SelectionError(f"--config {exc}") from exc
         settings = parse_custom(custom, source=str(path))
         refs = [ref.model_copy(update={"args": {**ref.args, **extra.get(ref.name, {})}}) for ref in settings.rewards]
         runtime = settings.reward_runtime

@@ -158,6 +158,12 @@ def _torch_load(path: Path) -> Any:
     """``torch.load(weights_only=True)``, also accepting NumPy arrays (never arbitrary objects)."""
     import pickle
 
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if not (head.startswith(_ZIP_MAGIC) or head[:1] == _PICKLE_PROTO):
+        raise NativeCheckpointError(
+            f"{path}: not a torch checkpoint (starts with {head!r}; torch.save writes a zip archive or a pickle)"
+        )
     with torch.serialization.safe_globals(_numpy_array_globals()):
         try:
             try:  # mmap keeps optimizer state and other unused entries out of memory
@@ -168,8 +174,13 @@ def _torch_load(path: Path) -> Any:
                 return torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
         except pickle.UnpicklingError as exc:
             raise NativeCheckpointError(f"{path}: refused to unpickle a non-tensor object ({_refusal(exc)})") from exc
-        except (RuntimeError, EOFError) as exc:
-            raise NativeCheckpointError(f"{path}: not a readable torch checkpoint ({exc})") from exc
+        except (RuntimeError, EOFError, ValueError, KeyError, IndexError) as exc:  # truncated or corrupt data
+            raise NativeCheckpointError(f"{path}: not a readable torch checkpoint ({type(exc).__name__}: {exc})") from exc
+
+
+#: first bytes of what ``torch.save`` writes: a zip archive (torch >= 1.6) or a pickle (legacy format)
+_ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_PROTO = b"\x80"
 
 
 def _refusal(exc: Exception) -> str:

@@ -124,6 +124,9 @@ class SanaRLTrainer(SanaTrainer):
                 f"custom.trainer.exp_reward = true: only DDRL (trainer_type sana_ddrl) has this advantage "
                 f"transform, not {cls.__name__}"
             )
+        best_of_n = settings_of(config).rollout.best_of_n
+        if best_of_n is not None:
+            best_of_n.check_rollout(config.rollout.n_generation)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -221,7 +224,7 @@ class SanaRLTrainer(SanaTrainer):
                                 sums[name] = sums.get(name, 0) + value.detach() * len(index)
                             losses_seen.append(terms["loss"].detach())
                             count += len(index)
-                    grad_norms.append(self.optimizer_step(inter_policy_nccl))
+                    grad_norms.append(self.optimizer_step(inter_policy_nccl, step=current_step, losses=sums))
                     self.policies.current_changed()
         loss_max = float(torch.stack(losses_seen).max())
         self.after_training_step(current_step)

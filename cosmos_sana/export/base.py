@@ -4,7 +4,8 @@ Training starts from the pipeline's own transformer (``policy.model_name_or_path
 native checkpoint's weights when ``[custom.model] native_checkpoint`` is set, then overwritten by a
 DCP model when ``[custom.checkpoint] init_from`` is set. A LoRA checkpoint holds only the adapters,
 so merging, verifying or describing it needs that same base; the run's resolved config
-(``run_config.json`` in every training checkpoint) says which it was.
+(``run_config.json`` in every training checkpoint) says which it was. The base is rebuilt at the
+precision its files store (training may have held it at ``policy.diffusers.dtype``).
 """
 
 from __future__ import annotations

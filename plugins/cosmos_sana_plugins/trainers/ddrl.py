@@ -3,14 +3,15 @@ flow-matching loss on real data, which replaces the reverse-KL penalty.
 
 Real data is ``[custom.real_data]`` (an ``images``/``videos`` dataset) read in random order
 for ever; each loss evaluation draws ``[custom.trainer] real_batch_size`` samples (default
-``train_policy.mini_batch``). ``kl_beta`` must be 0. ``[custom.trainer] exp_reward = true``
+``train_policy.mini_batch``). Its position is part of the checkpoint (``real_data``), so a
+resumed run reads on where the interrupted one stopped. ``kl_beta`` must be 0. ``[custom.trainer] exp_reward = true``
 maps each advantage A to −exp(−A) before the ``advantage_low/high`` clip, as cosmos-rl's WFM
 DDRL does with its ``exp_reward`` (off by default there and here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 import torch
@@ -22,14 +23,24 @@ from cosmos_sana_plugins.trainers.grpo import SanaFlowGRPOTrainer
 from cosmos_sana_plugins.trainers.rl import RolloutBatch
 
 
-def endless_batches(dataset: Any, batch_size: int, seed: int) -> Iterator[list[Any]]:
-    """Shuffled batches of dataset items, epoch after epoch (a fresh order each epoch)."""
-    generator = torch.Generator().manual_seed(seed)
-    while True:
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size, shuffle=True, generator=generator, collate_fn=list
-        )
-        yield from loader
+class RealBatches:
+    """Shuffled batches of dataset items, epoch after epoch (a new order each epoch; an epoch's
+    last batch may be smaller). The order depends only on ``(seed, epoch)``; ``sampler`` (its
+    epoch and position) is the whole state a checkpoint needs."""
+
+    def __init__(self, dataset: Any, batch_size: int, seed: int):
+        from cosmos_sana_plugins.datasets.sampling import EpochSampler
+
+        self.dataset, self.batch_size = dataset, batch_size
+        self.sampler = EpochSampler(dataset, seed=seed)
+
+    def __iter__(self) -> RealBatches:
+        return self
+
+    def __next__(self) -> list[Any]:
+        if self.sampler.position >= len(self.sampler):
+            self.sampler.set_epoch(self.sampler.epoch + 1)
+        return [self.dataset[i] for i in islice(iter(self.sampler), self.batch_size)]
 
 
 class SanaDDRLTrainer(SanaFlowGRPOTrainer):
@@ -53,7 +64,10 @@ class SanaDDRLTrainer(SanaFlowGRPOTrainer):
 
         dataset = dataset_factory(installed_plugins(), "real_data")(self.config)
         size = self.settings.trainer.real_batch_size or self.config.train.train_policy.mini_batch
-        self.real_batches = endless_batches(dataset, size, (self.config.train.seed or 0) + self.global_rank)
+        self.real_batches = RealBatches(dataset, size, (self.config.train.seed or 0) + self.global_rank)
+
+    def checkpoint_parts(self) -> dict[str, Any]:
+        return {**super().checkpoint_parts(), "real_data": self.real_batches.sampler}
 
     def transform_advantages(self, adv: torch.Tensor) -> torch.Tensor:
         return losses.negative_exp_advantage(adv) if self.settings.trainer.exp_reward else adv

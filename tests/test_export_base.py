@@ -217,8 +217,10 @@ def test_merged_export_of_an_init_from_run_uses_the_init_weights(init_from_run, 
     assert recorded["files"] == len(files) >= 2
 
 
-def test_export_names_a_recorded_base_that_is_gone(tiny_image_pipeline_dir, tmp_path, capsys):
+def test_a_moved_native_checkpoint_is_named_and_can_be_given_anew(tiny_image_pipeline_dir, tmp_path, capsys):
     from peft import LoraConfig
+
+    from cosmos_sana_plugins.sana.native_checkpoint import save_native
 
     transformer = stock(tiny_image_pipeline_dir)
     transformer.add_adapter(LoraConfig(r=2, lora_alpha=2, target_modules=TARGETS))
@@ -232,3 +234,17 @@ def test_export_names_a_recorded_base_that_is_gone(tiny_image_pipeline_dir, tmp_
     assert f"custom.model.native_checkpoint (recorded in {checkpoint / 'run_config.json'}) {gone}" in err
     assert "not found" in err
     assert not out.exists() and not list(tmp_path.glob("merged.*"))
+
+    assert main(["export", str(checkpoint), "--out", str(out), "--init-from", str(tmp_path)]) == 1
+    assert "--init-from: the run did not use custom.checkpoint.init_from (not set in" in capsys.readouterr().err
+
+    native_model = perturbed(tiny_image_pipeline_dir, seed=31)
+    here = save_native(native_model, tmp_path / "elsewhere" / "native.pth")
+    args = ["export", str(checkpoint), "--out", str(out), "--format", "merged", "--native-checkpoint", str(here)]
+    assert main(args) == 0
+    merged = load_merged(out).state_dict()
+    for key in sorted(set(merged) - lora_targets(transformer)):
+        assert torch.equal(merged[key], native_model.state_dict()[key]), key
+    recorded = json.loads((out / "export_manifest.json").read_text())["base"]["native_checkpoint"]
+    assert recorded["source"] == str(here) and recorded["recorded_source"] == str(gone)
+    assert recorded["sha256"] == sha256(here)

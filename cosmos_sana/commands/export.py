@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the native checkpoint or init_from weights its run started from",
     )
     parser.add_argument("--adapter", help="LoRA adapter to export (default: the trained one, e.g. 'default')")
+    parser.add_argument(
+        "--native-checkpoint", help="where the native checkpoint the run started from is now (default: the path "
+        "recorded in the checkpoint's run_config.json)",
+    )
+    parser.add_argument("--init-from", help="where the run's init_from folder is now (default: as recorded)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="transformer dtype (default: as stored)")
     parser.add_argument("--max-shard-size", default="5GB", help="safetensors shard size for pipeline exports")
     verify = parser.add_argument_group("verification")
@@ -53,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         out = export_checkpoint(
             args.checkpoint, args.out, fmt=args.format, ema=args.ema, base=args.base, adapter=args.adapter,
             dtype=getattr(torch, args.dtype) if args.dtype else None, max_shard_size=args.max_shard_size, verify=verify,
+            native_checkpoint=args.native_checkpoint, init_from=args.init_from,
         )
     except VerificationFailed as exc:
         print(f"error: verification failed, nothing exported: {exc}", file=sys.stderr)

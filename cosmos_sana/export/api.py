@@ -124,13 +124,17 @@ def export_checkpoint(
     dtype: torch.dtype | None = None,
     max_shard_size: str | int = DEFAULT_SHARD,
     verify: VerifyOptions | None = None,
+    native_checkpoint: str | None = None,
+    init_from: str | Path | None = None,
 ) -> Path:
     """Export ``checkpoint`` to ``out`` in ``fmt``; returns ``out``. ``verify`` generates once first.
+    ``native_checkpoint`` / ``init_from``: where the base weights its run recorded are now.
 
     Runs in this process alone, also on one rank of a distributed job."""
     with rank_local():
         return _export(checkpoint, out, fmt=fmt, ema=ema, base=base, adapter=adapter, dtype=dtype,
-                       max_shard_size=max_shard_size, verify=verify)
+                       max_shard_size=max_shard_size, verify=verify, native_checkpoint=native_checkpoint,
+                       init_from=init_from)
 
 
 def _export(
@@ -144,8 +148,10 @@ def _export(
     dtype: torch.dtype | None,
     max_shard_size: str | int,
     verify: VerifyOptions | None,
+    native_checkpoint: str | None,
+    init_from: str | Path | None,
 ) -> Path:
-    source = open_source(checkpoint, base)
+    source = open_source(checkpoint, base, native_checkpoint=native_checkpoint, init_from=init_from)
     fmt = resolve_format(fmt, source)
     out = Path(out)
     check_out_path(out, Path(checkpoint), source)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,10 @@ from cosmos_sana.checkpoint.training import MODEL_PART, RUN_CONFIG_FILE
 
 #: ``native_checkpoint`` sources with this prefix are fetched from the Hugging Face Hub, not hashed here.
 REMOTE_PREFIX = "hf://"
+NATIVE_KEY = "custom.model.native_checkpoint"
+INIT_KEY = "custom.checkpoint.init_from"
+#: the export options that give a recorded path's new place (a run copied to another machine)
+RELOCATION_FLAGS = {NATIVE_KEY: "--native-checkpoint", INIT_KEY: "--init-from"}
 _HASH_CHUNK = 1 << 24
 
 
@@ -38,6 +42,25 @@ class BaseWeights:
     init_from: Path | None = None
     #: where the native / init settings were read (named in errors)
     recorded_in: Path | None = None
+    #: ``(setting, recorded value)`` of each path given anew with a :data:`RELOCATION_FLAGS` option
+    moved: tuple[tuple[str, str], ...] = ()
+
+    def relocated(self, *, native_checkpoint: str | None = None, init_from: str | Path | None = None) -> BaseWeights:
+        """This base with its native checkpoint and/or ``init_from`` folder read from a new place."""
+        changes: dict[str, Any] = {}
+        moved = list(self.moved)
+        for key, new, old in ((NATIVE_KEY, native_checkpoint, self.native_checkpoint),
+                              (INIT_KEY, init_from, self.init_from)):
+            if new is None:
+                continue
+            if old is None:
+                recorded = f"not set in {self.recorded_in}" if self.recorded_in else "no run_config.json"
+                raise CheckpointError(f"{RELOCATION_FLAGS[key]}: the run did not use {key} ({recorded})")
+            changes["native_checkpoint" if key == NATIVE_KEY else "init_from"] = (
+                str(new) if key == NATIVE_KEY else Path(new).expanduser()
+            )
+            moved.append((key, str(old)))
+        return replace(self, **changes, moved=tuple(moved))
 
     @property
     def weight_paths(self) -> list[Path]:
@@ -62,7 +85,7 @@ class BaseWeights:
                 transformer.to(stored_dcp_dtype(_init_model_dir(self.init_from)))
                 load_model_weights(self.init_from, transformer)
             except CheckpointError as exc:
-                raise CheckpointError(f"{self._origin('custom.checkpoint.init_from')}: {exc}") from exc
+                raise CheckpointError(f"{self._origin(INIT_KEY)}: {exc}") from exc
         return transformer.eval()
 
     def _load_native(self) -> torch.nn.Module:
@@ -72,10 +95,12 @@ class BaseWeights:
                           torch_dtype=None)
         except (RuntimeError, ValueError, OSError) as exc:
             raise CheckpointError(
-                f"{self._origin('custom.model.native_checkpoint')} {self.native_checkpoint}: {exc}"
+                f"{self._origin(NATIVE_KEY)} {self.native_checkpoint}: {exc}"
             ) from exc
 
     def _origin(self, key: str) -> str:
+        if key in dict(self.moved):
+            return RELOCATION_FLAGS[key]
         return f"{key} (recorded in {self.recorded_in})" if self.recorded_in else key
 
     def describe(self) -> dict[str, Any]:
@@ -95,6 +120,8 @@ class BaseWeights:
             }
         if self.init_from is not None:
             entry["init_from"] = {"source": str(self.init_from), **fingerprint(_init_model_dir(self.init_from))}
+        for key, recorded in self.moved:
+            entry["native_checkpoint" if key == NATIVE_KEY else "init_from"]["recorded_source"] = recorded
         return entry
 
 

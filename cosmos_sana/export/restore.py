@@ -50,12 +50,19 @@ class ExportSource:
         return EMA_PART in self.meta["parts"]
 
 
-def open_source(checkpoint: str | Path, base: str | Path | None = None) -> ExportSource:
+def open_source(
+    checkpoint: str | Path,
+    base: str | Path | None = None,
+    *,
+    native_checkpoint: str | None = None,
+    init_from: str | Path | None = None,
+) -> ExportSource:
     """A checkpoint folder, or a training output dir (its latest complete checkpoint).
 
     ``base`` (the pipeline folder supplying VAE, text encoder, tokenizer, scheduler and the
     transformer's architecture) defaults to the one recorded at save time; a native checkpoint
-    or ``init_from`` folder the run started from is read from its ``run_config.json``.
+    or ``init_from`` folder the run started from is read from its ``run_config.json``;
+    ``native_checkpoint`` / ``init_from`` say where those files are now (a run moved elsewhere).
     """
     path = Path(checkpoint)
     if not path.exists():
@@ -77,7 +84,8 @@ def open_source(checkpoint: str | Path, base: str | Path | None = None) -> Expor
     if not is_pipeline_folder(chosen):
         origin = "--base" if base is not None else f"base pipeline recorded in {path}/meta.json"
         raise CheckpointError(f"{origin} {chosen}: not a diffusers pipeline folder (no model_index.json); pass --base")
-    return ExportSource(path=path, meta=meta, base=recorded_base(path, Path(chosen)))
+    trained_on = recorded_base(path, Path(chosen)).relocated(native_checkpoint=native_checkpoint, init_from=init_from)
+    return ExportSource(path=path, meta=meta, base=trained_on)
 
 
 def _uninitialised(cls: type, config: dict[str, Any], dtype: torch.dtype) -> torch.nn.Module:

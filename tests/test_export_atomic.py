@@ -93,7 +93,7 @@ def previous_export(checkpoint: Path, out: Path) -> dict[str, bytes]:
     return files(out)
 
 
-def in_child(run: Callable[[], None]) -> int:
+def in_child(run: Callable[[], None], timeout: float = 120.0) -> int:
     """Run ``run`` in a forked child; its exit status (``-SIGNAL`` when a signal ended it)."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -103,7 +103,14 @@ def in_child(run: Callable[[], None]) -> int:
             code = 0
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the forked export did not finish in {timeout} s")
+        time.sleep(0.01)
+    status = done[1]
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 

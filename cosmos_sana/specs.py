@@ -50,10 +50,17 @@ class ModelSpec(_Spec):
     ``native_loader`` reads the model family's own checkpoint format (``[custom.model] native_checkpoint``):
     ``fn(source, *, base_config, use_ema, torch_dtype) -> transformer``, ``base_config`` a pipeline folder.
     Export calls it to rebuild the base weights a run trained on.
+
+    ``generator`` samples for ``cosmos-sana generate``: ``fn(pipe, request) -> Tensor`` in [0, 1]
+    (``B×C×H×W`` images, ``B×T×C×H×W`` videos), ``request`` a :class:`cosmos_sana.generation.GenerationRequest`.
+    ``lora_layouts`` are LoRA file layouts of other tools, by ``export --format`` name:
+    ``fn(transformer, adapter, out_dir, *, pipeline_class) -> Path`` writes one into ``out_dir``.
     """
 
     pipeline_classes: tuple[str, ...] = ()
     native_loader: Target = None
+    generator: Target = None
+    lora_layouts: tuple[tuple[str, Target], ...] = ()
     kind = "model"
 
 

@@ -120,7 +120,8 @@ def test_full_export_loads_in_stock_diffusers_and_matches(converted: Path, tiny_
     assert "tokenizer/tokenizer.json" in manifest["files"]
     assert (out / "COMPLETE").is_file()
     components = {"scheduler", "text_encoder", "tokenizer", "vae"}
-    assert {p.name for p in out.iterdir()} == components | {"transformer", "model_index.json", "export_manifest.json", "COMPLETE"}
+    assert {p.name for p in out.iterdir()} == components | {"transformer", "model_index.json", "export_manifest.json", "COMPLETE",
+                                                    "README.md"}
     for path in tiny_image_pipeline_dir.rglob("*"):  # every other component: the base's bytes
         relative = path.relative_to(tiny_image_pipeline_dir)
         if path.is_file() and (relative.parts[0] in components or relative.name == "model_index.json"):

@@ -5,7 +5,10 @@ Formats:
 * ``diffusers`` — full pipeline folder (sharded safetensors + index json);
 * ``lora``      — ``pytorch_lora_weights.safetensors`` + ``peft_adapter/``;
 * ``merged``    — the LoRA folded into the base weights, as a full pipeline folder;
-* ``native``    — ``sana_native.pth`` in native SANA key layout (LoRA merged first).
+* ``native``    — ``sana_native.pth`` in native SANA key layout (LoRA merged first);
+* ``comfyui``   — the LoRA in the layout ComfyUI's LoRA loader reads (written by the model plugin).
+
+Every export carries a model card (``README.md``, :mod:`.model_card`).
 
 LoRA checkpoints are merged onto (and verified and described with) the base the run trained on:
 the pipeline's transformer, a native SANA checkpoint or an ``init_from`` folder (:mod:`.base`).
@@ -28,16 +31,20 @@ from cosmos_sana.checkpoint.dcp_io import CheckpointError, rank_local
 from cosmos_sana.checkpoint.layout import write_marker
 from cosmos_sana.checkpoint.states import is_lora_key
 from cosmos_sana.checkpoint.training import package_versions
+from cosmos_sana.export.model_card import write_model_card
 from cosmos_sana.export.restore import ExportSource, open_source, restore_transformer
 from cosmos_sana.export.swap import discard, new_staging, recover_output, swap_in
 from cosmos_sana.export.verify import VerifyOptions, verify_export
 from cosmos_sana.export.writers import merge_lora, write_lora, write_native, write_pipeline
 from cosmos_sana.log import get_logger
+from cosmos_sana.model_hooks import lora_layout_writer
 from cosmos_sana.redaction import redact
 
 logger = get_logger(__name__)
 
-FORMATS = ("auto", "diffusers", "lora", "merged", "native")
+FORMATS = ("auto", "diffusers", "lora", "merged", "native", "comfyui")
+#: formats that hold the LoRA alone (not merged into the base)
+LORA_FORMATS = ("lora", "comfyui")
 MANIFEST_FILE = "export_manifest.json"
 DEFAULT_SHARD = "5GB"
 
@@ -48,7 +55,7 @@ def resolve_format(fmt: str, source: ExportSource) -> str:
         raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "auto":
         return "lora" if source.is_lora else "diffusers"
-    if fmt in ("lora", "merged") and not source.is_lora:
+    if fmt in ("merged", *LORA_FORMATS) and not source.is_lora:
         raise CheckpointError(f"{source.path}: holds full weights, not a LoRA; use --format diffusers or native")
     if fmt == "diffusers" and source.is_lora:
         raise CheckpointError(f"{source.path}: holds LoRA adapters; use --format lora or merged")
@@ -153,6 +160,8 @@ def _export(
 ) -> Path:
     source = open_source(checkpoint, base, native_checkpoint=native_checkpoint, init_from=init_from)
     fmt = resolve_format(fmt, source)
+    if verify is not None and fmt not in ("diffusers", "merged", "lora", "native"):
+        raise ValueError(f"--verify loads the export with diffusers, which does not read the {fmt} layout")
     out = Path(out)
     check_out_path(out, Path(checkpoint), source)
     recover_output(out)
@@ -160,6 +169,7 @@ def _export(
     staging = new_staging(out)
     try:
         manifest = _write(source, staging, fmt=fmt, ema=ema, adapter=adapter, dtype=dtype, max_shard_size=max_shard_size)
+        write_model_card(staging, manifest, source)
         if verify is not None:
             manifest["verified"] = verify_export(staging, fmt, source.base_pipeline, verify,
                                                  base_transformer=source.base.build)
@@ -179,7 +189,7 @@ def _write(
     max_shard_size: str | int,
 ) -> dict[str, Any]:
     chosen = pick_adapter(source, adapter) if source.is_lora else None
-    merging = chosen is not None and fmt != "lora"
+    merging = chosen is not None and fmt not in LORA_FORMATS
     # a LoRA is folded in at fp32, then the result takes the requested (or the base's stored) dtype
     transformer = restore_transformer(source, ema=ema, dtype=None if merging else dtype)
     if chosen is not None:
@@ -189,10 +199,12 @@ def _write(
         base_dtype = next(p.dtype for k, p in transformer.named_parameters() if not is_lora_key(k))
         transformer = merge_lora(transformer.to(torch.float32), chosen)
         transformer.to(dtype or base_dtype)
-    if fmt != "lora":
+    if fmt not in LORA_FORMATS:
         check_finite(transformer.state_dict().items(), "merged weight" if merging else "weight", source)
     if fmt == "lora":
         write_lora(transformer, chosen, staging)
+    elif fmt in LORA_FORMATS:
+        lora_layout_writer(source.pipeline_class, fmt)(transformer, chosen, staging, pipeline_class=source.pipeline_class)
     elif fmt == "native":
         write_native(transformer, staging)
     else:

@@ -16,7 +16,8 @@ Public API::
     blend_adapter(transformer, src, dst, decay) -> None             # dst ← decay·dst + (1−decay)·src
     trainable_parameters(module) -> list[Parameter]
     adapter_export(transformer, name) -> (state_dict, metadata)     # for SanaPipeline.save_lora_weights
-    save_diffusers_lora(transformer, name, directory) -> Path       # pytorch_lora_weights.safetensors
+    adapter_scales(transformer, name) -> {module: scale}            # PEFT's lora_alpha / r (or / √r) per module
+    save_diffusers_lora(transformer, name, directory) -> Path       # pytorch_lora_weights.safetensors, scale folded
 
 ``load_adapter_weights`` reads a diffusers LoRA (``pytorch_lora_weights.safetensors``, keys
 ``transformer.<module>.lora_A.weight``), a PEFT folder (``adapter_config.json`` +
@@ -24,6 +25,13 @@ Public API::
 (``lora/model.safetensors`` + ``adapter_config.json``). Shapes must match the configured
 adapter and the recorded ``r``/``lora_alpha``/``use_rslora`` must equal the config; a file
 without that record is what stock diffusers loads with ``lora_alpha = r``.
+
+Portable LoRA files: ``save_diffusers_lora`` folds each module's scale (``lora_alpha / r``, ``/ √r`` with
+rsLoRA) into its ``lora_B`` and records ``lora_alpha = r`` (scale 1) for diffusers, so every loader gets the
+trained weights: diffusers with its metadata, and a loader that ignores metadata and adds ``lora_B @ lora_A``.
+(``.alpha`` tensors are not an option: ``load_lora_weights`` rejects any key without ``"lora"`` in it.)
+The trained hyperparameters and the folded scales go in the ``cosmos_sana_lora_folding`` metadata entry,
+which ``load_adapter_weights`` reads to unfold them again.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ DEFAULT_TARGET_MODULES = ("to_q", "to_k", "to_v", "to_out.0")
 WEIGHT_FILES = ("pytorch_lora_weights.safetensors", "adapter_model.safetensors", "model.safetensors")
 _KEY_PREFIXES = ("transformer.", "base_model.model.")
 _METADATA_KEY = "lora_adapter_metadata"  # diffusers' safetensors metadata entry
+#: safetensors metadata entry of a folded file: the trained hyperparameters and ``{module: folded scale}``
+FOLDING_KEY = "cosmos_sana_lora_folding"
+_HYPERPARAMETERS = ("r", "lora_alpha", "use_rslora", "rank_pattern", "alpha_pattern")
 
 
 def peft_config(lora: Any) -> Any:
@@ -177,6 +188,8 @@ def _recorded_hyperparameters(weights: Path, metadata: dict[str, str] | None) ->
             return json.loads(config_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{config_file}: not valid JSON ({exc})") from exc
+    if metadata and FOLDING_KEY in metadata:
+        return json.loads(metadata[FOLDING_KEY])["trained"]
     if metadata and _METADATA_KEY in metadata:
         packed = json.loads(metadata[_METADATA_KEY])
         return {k.removeprefix("transformer."): v for k, v in packed.items()}
@@ -203,6 +216,8 @@ def load_adapter_weights(transformer: torch.nn.Module, path: str | Path, names: 
         metadata = handle.metadata()
         state = {_normalise_key(k, weights): handle.get_tensor(k) for k in handle.keys()}
     _check_hyperparameters(weights, _recorded_hyperparameters(weights, metadata), lora)
+    if metadata and FOLDING_KEY in metadata:
+        state = unfold_scales(state, json.loads(metadata[FOLDING_KEY])["scales"], weights)
     for name in names:
         params = adapter_parameters(transformer, name)
         missing = sorted(params.keys() - state.keys())
@@ -228,10 +243,53 @@ def adapter_export(transformer: torch.nn.Module, name: str) -> tuple[dict[str, t
     return state, {k: (sorted(v) if isinstance(v, set) else v) for k, v in metadata.items()}
 
 
+def adapter_scales(transformer: torch.nn.Module, name: str) -> dict[str, float]:
+    """``{module: scale}`` PEFT applies to adapter ``name``'s ``lora_B @ lora_A`` in each wrapped module."""
+    scales = {path: float(layer.scaling[name]) for path, layer in _tuner_layers(transformer) if name in layer.scaling}
+    if not scales:
+        raise KeyError(f"transformer has no LoRA adapter named {name!r}")
+    return scales
+
+
+def fold_scales(state: dict[str, torch.Tensor], scales: dict[str, float]) -> dict[str, torch.Tensor]:
+    """``lora_B`` of every module multiplied by its scale (``lora_A`` unchanged): ``ΔW = B′·A`` at scale 1."""
+    folded = {}
+    for key, tensor in state.items():
+        module, _, _ = key.partition(".lora_")
+        if scales[module] == 0.0:
+            raise ValueError(f"LoRA module {module!r} has scale 0 (lora_alpha = 0): nothing to export")
+        folded[key] = tensor * scales[module] if ".lora_B." in key else tensor
+    return folded
+
+
+def unfold_scales(state: dict[str, torch.Tensor], scales: dict[str, float], source: Path) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`fold_scales` for a file that recorded its folded scales."""
+    unknown = sorted({k.partition(".lora_")[0] for k in state} - scales.keys())
+    if unknown:
+        raise ValueError(f"{source}: {FOLDING_KEY} records no scale for {unknown[:3]}")
+    return {k: v / scales[k.partition(".lora_")[0]] if ".lora_B." in k else v for k, v in state.items()}
+
+
+def unit_scale_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The PEFT config of a folded adapter: ``lora_alpha = r`` per module (scale 1), no rsLoRA."""
+    return {**metadata, "lora_alpha": metadata["r"], "alpha_pattern": dict(metadata.get("rank_pattern") or {}),
+            "use_rslora": False}
+
+
 def save_diffusers_lora(transformer: torch.nn.Module, name: str, directory: str | Path) -> Path:
-    """Write ``pytorch_lora_weights.safetensors`` that stock ``pipe.load_lora_weights`` loads."""
+    """Write ``pytorch_lora_weights.safetensors``: stock ``pipe.load_lora_weights`` loads it, and so does any
+    loader that adds ``lora_B @ lora_A`` to the weight without reading metadata (scales folded into ``lora_B``)."""
     from diffusers import SanaPipeline
+    from safetensors import safe_open
+    from safetensors.torch import save_file
 
     state, metadata = adapter_export(transformer, name)
-    SanaPipeline.save_lora_weights(directory, transformer_lora_layers=state, transformer_lora_adapter_metadata=metadata)
-    return Path(directory) / WEIGHT_FILES[0]
+    scales = adapter_scales(transformer, name)
+    SanaPipeline.save_lora_weights(directory, transformer_lora_layers=fold_scales(state, scales),
+                                   transformer_lora_adapter_metadata=unit_scale_metadata(metadata))
+    path = Path(directory) / WEIGHT_FILES[0]
+    with safe_open(str(path), framework="pt") as handle:  # add the folding record beside diffusers' metadata
+        tensors, written = {k: handle.get_tensor(k) for k in handle.keys()}, handle.metadata()
+    record = {"trained": {k: metadata[k] for k in _HYPERPARAMETERS if k in metadata}, "scales": scales}
+    save_file(tensors, str(path), metadata={**written, FOLDING_KEY: json.dumps(record, sort_keys=True)})
+    return path

@@ -228,6 +228,22 @@ def _reverse(rules: Iterable[_Rule], linear_ffn: bool) -> dict[str, tuple[_Rule,
     return lookup
 
 
+def native_module(module: str, *, video: bool = False, guidance: bool = False) -> tuple[str, int, int]:
+    """A diffusers module path → (native module path, this piece's index in the fused native weight, piece count).
+
+    ``transformer_blocks.3.attn1.to_k`` → ``("blocks.3.attn.qkv", 1, 3)``; an unfused module gives ``(path, 0, 1)``.
+    1×1 FFN layers map to their ``.conv`` form.
+    """
+    prefix, path, lookup = "", module, _reverse(_global_rules(video=video, guidance=guidance), False)
+    if block := _DIFFUSERS_BLOCK.match(module):
+        prefix, path, lookup = f"blocks.{block[1]}.", block[2], _reverse(_BLOCK_RULES, False)
+    found = lookup.get(path)
+    if found is None:
+        raise NativeKeyError("diffusers module without a native SANA equivalent:", [module])
+    rule, index = found
+    return prefix + rule.native, index, len(rule.diffusers)
+
+
 # --------------------------------------------------------------------------- LoRA (native → diffusers)
 
 

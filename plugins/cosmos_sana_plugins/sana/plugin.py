@@ -14,5 +14,7 @@ def cosmos_sana_models() -> list[ModelSpec]:
             "training, CHI option, PEFT LoRA adapters, samplers with log-probs",
             pipeline_classes=("SanaPipeline", "SanaVideoPipeline"),
             native_loader="cosmos_sana_plugins.sana.native_checkpoint:load_native_transformer",
+            generator="cosmos_sana_plugins.sana.generate:generate",
+            lora_layouts=(("comfyui", "cosmos_sana_plugins.sana.comfyui_lora:write_comfyui_lora"),),
         )
     ]

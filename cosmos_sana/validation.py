@@ -217,16 +217,46 @@ def check_upstream(data: dict[str, Any]) -> list[Issue]:
 
 
 def check_custom(data: dict[str, Any], registry: PluginRegistry | None) -> list[Issue]:
+    """``[custom]`` against its models, then each plugin component's ``args``; a component is
+    checked even when another part of ``[custom]`` is invalid, so one pass reports both."""
     custom = data.get("custom", {})
     try:
-        settings = SanaCustomConfig.model_validate(custom)
+        SanaCustomConfig.model_validate(custom)
+        issues: list[Issue] = []
     except ValidationError as exc:
-        return validation_issues(exc, "custom")
+        issues = validation_issues(exc, "custom")
     if registry is None:
-        return []
-    issues = check_required_plugins(settings.plugins, registry)
-    issues.extend(check_components(settings, registry))
+        return issues
+    plugins = custom.get("plugins")
+    if isinstance(plugins, list) and all(isinstance(name, str) for name in plugins):
+        issues.extend(check_required_plugins(plugins, registry))
+    issues.extend(check_components(component_refs(custom), registry))
     return issues
+
+
+def component_refs(custom: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """``(kind, key path, ref)`` of every plugin component ``[custom]`` names whose own table
+    validates (an invalid one is already reported by the ``[custom]`` model)."""
+    from cosmos_sana.config import DataRef, RewardRef
+
+    def parsed(model: type[BaseModel], raw: Any, kind: str, where: str) -> list[tuple[str, str, Any]]:
+        try:
+            return [(kind, where, model.model_validate(raw))] if isinstance(raw, dict) else []
+        except ValidationError:
+            return []
+
+    def entries(raw: Any) -> list[Any]:
+        return raw if isinstance(raw, list) else []
+
+    refs: list[tuple[str, str, Any]] = []
+    for field in ("data", "val_data", "real_data"):
+        refs += parsed(DataRef, custom.get(field), "dataset", f"custom.{field}")
+    for i, raw in enumerate(entries(custom.get("rewards"))):
+        refs += parsed(RewardRef, raw, "reward", f"custom.rewards[{i}]")
+    guards = custom.get("guards") if isinstance(custom.get("guards"), dict) else {}
+    for i, raw in enumerate(entries(guards.get("holdout_rewards"))):
+        refs += parsed(RewardRef, raw, "reward", f"custom.guards.holdout_rewards[{i}]")
+    return refs
 
 
 def check_required_plugins(required: list[str], registry: PluginRegistry) -> list[Issue]:
@@ -242,18 +272,11 @@ def check_required_plugins(required: list[str], registry: PluginRegistry) -> lis
     ]
 
 
-def check_components(settings: SanaCustomConfig, registry: PluginRegistry) -> list[Issue]:
+def check_components(refs: list[tuple[str, str, Any]], registry: PluginRegistry) -> list[Issue]:
+    """Each component's ``args`` against the params model of the plugin that registered its name."""
     from cosmos_sana.runtime import component_params
     from cosmos_sana.settings import SettingsError
 
-    refs: list[tuple[str, str, Any]] = []
-    for field in ("data", "val_data", "real_data"):
-        ref = getattr(settings, field)
-        if ref is not None:
-            refs.append(("dataset", f"custom.{field}", ref))
-    refs.extend(("reward", f"custom.rewards[{i}]", ref) for i, ref in enumerate(settings.rewards))
-    holdout = settings.guards.holdout_rewards
-    refs.extend(("reward", f"custom.guards.holdout_rewards[{i}]", ref) for i, ref in enumerate(holdout))
     issues = []
     for kind, where, ref in refs:
         try:

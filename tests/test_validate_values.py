@@ -158,3 +158,9 @@ def test_cli_lists_every_issue_and_can_skip_path_checks(tmp_path, capsys):
     assert main(["validate", str(NFT), *sets, "--no-path-check"]) == 1
     err = capsys.readouterr().err
     assert "policy.model_name_or_path" not in err and "INVALID (1 issue)" in err
+
+
+def test_component_args_are_checked_beside_other_custom_errors(nft_sets, registry):
+    sets = [*nft_sets, 'custom.checkpoint.chunk_size="0GB"', 'custom.data.args={path = "builtin:demo", bogus = 1}']
+    paths = {i.path for i in issues_of(NFT, sets, registry).issues}
+    assert paths >= {"custom.checkpoint.chunk_size", "custom.data"}

@@ -88,7 +88,7 @@ def test_micro_batch_gradients_are_averaged_and_mean_loss_logged(tiny_image_pipe
 
     grads = {}
 
-    def capture(inter_policy_nccl=None):
+    def capture(inter_policy_nccl=None, **_):
         grads[trainer.config.train.train_policy.mini_batch] = [p.grad.clone() for p in trainer.trainable_params]
         trainer.optimizers.zero_grad()
         return 0.0

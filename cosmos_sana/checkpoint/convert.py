@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
-from cosmos_sana.checkpoint.dcp_io import CheckpointError, load_state, save_state
+from cosmos_sana.checkpoint.dcp_io import CheckpointError, load_state, non_finite_entry, save_state
 from cosmos_sana.checkpoint.layout import STAGING_PREFIX, publish, write_marker
 from cosmos_sana.checkpoint.pipeline_folder import is_pipeline_folder, load_transformer, model_index
 from cosmos_sana.checkpoint.states import ModelState, base_key, is_lora_key
@@ -89,8 +89,12 @@ def convert_to_dcp(
     transformer, base_pipeline = load_source_transformer(source, base=base, dtype=dtype, native_use_ema=native_use_ema)
     staging = out.with_name(f"{STAGING_PREFIX}{out.name}")
     shutil.rmtree(staging, ignore_errors=True)
+    state = get_model_state_dict(transformer)
+    key = non_finite_entry(state)
+    if key is not None:
+        raise CheckpointError(f"{source}: weight {key!r} holds NaN or inf; not converted")
     staging.mkdir(parents=True)
-    save_state(get_model_state_dict(transformer), staging / MODEL_PART, chunk_bytes=parse_size(chunk_size))
+    save_state(state, staging / MODEL_PART, chunk_bytes=parse_size(chunk_size))
     parts = {MODEL_PART: ModelState(transformer, base_pipeline=str(base_pipeline))}
     write_meta(staging, kind="converted", step=0, parts=parts, config={"source": str(source)})
     publish(staging, out)

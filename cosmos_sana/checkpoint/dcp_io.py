@@ -168,6 +168,36 @@ def read_metadata(folder: str | Path) -> Metadata:
     return read_metadata_file(folder / METADATA_FILE)
 
 
+def non_finite_entry(state: Any, prefix: str = "") -> str | None:
+    """The flattened key of the first floating-point tensor in ``state`` holding NaN or inf
+    (this rank's shard of a DTensor), or None."""
+    if isinstance(state, torch.Tensor):
+        local = state.to_local() if isinstance(state, DTensor) else state
+        finite = not local.is_floating_point() or bool(torch.isfinite(local).all())
+        return None if finite else prefix or "<tensor>"
+    if isinstance(state, Mapping):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return None
+    for key, value in items:
+        found = non_finite_entry(value, f"{prefix}.{key}" if prefix else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def any_rank(flag: bool) -> bool:
+    """``flag`` or-ed over every rank (collective in a distributed job)."""
+    if not is_distributed():
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    value = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
 def _tensors(state: Any) -> Iterator[torch.Tensor]:
     if isinstance(state, torch.Tensor):
         yield state.to_local() if isinstance(state, DTensor) else state

@@ -33,8 +33,10 @@ from typing import Any
 
 from cosmos_sana.checkpoint.dcp_io import (
     CheckpointError,
+    any_rank,
     barrier,
     load_state,
+    non_finite_entry,
     rank_and_world,
     save_state,
     stored_keys,
@@ -132,6 +134,15 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
     return meta
 
 
+def refuse_non_finite(states: Mapping[str, Any], target: Path) -> None:
+    """Raise :class:`CheckpointError` (on every rank) when any part holds a NaN or inf tensor: such
+    weights are never written, let alone marked ``COMPLETE``; earlier checkpoints stay as they are."""
+    found = next(((name, key) for name, state in states.items() if (key := non_finite_entry(state)) is not None), None)
+    if any_rank(found is not None):
+        where = f"part {found[0]!r} entry {found[1]!r}" if found else "another rank's shard"
+        raise CheckpointError(f"{target}: not saved: {where} holds NaN or inf; earlier checkpoints are kept")
+
+
 def save_checkpoint(
     root: str | Path,
     step: int,
@@ -151,14 +162,16 @@ def save_checkpoint(
         raise ValueError("save_checkpoint needs at least one part")
     rank, _ = rank_and_world()
     final = checkpoint_dir(root, step)
+    states = {name: _state_of(part) for name, part in parts.items()}
+    refuse_non_finite(states, final)
     staging = final.with_name(f"{STAGING_PREFIX}{iter_name(step)}")
     if rank == 0:
         clear_stale(root)
         staging.mkdir(parents=True)
     barrier()
     chunk_bytes = parse_size(chunk_size) if chunk_size is not None else None
-    for name, part in parts.items():
-        save_state(_state_of(part), staging / name, chunk_bytes=chunk_bytes)
+    for name, state in states.items():
+        save_state(state, staging / name, chunk_bytes=chunk_bytes)
     if rank == 0:
         run_config = config_dict(config)
         (staging / RUN_CONFIG_FILE).write_text(

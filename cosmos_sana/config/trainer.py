@@ -28,6 +28,13 @@ class TrainerOptions(StrictModel):
         default=None, ge=1, description="DDRL: real samples per mini-batch; default train.train_policy.mini_batch"
     )
     val_max_samples: int = Field(default=4, ge=0, description="SFT: validation prompts rendered per validation")
+    on_non_finite: Literal["stop", "skip"] = Field(
+        default="stop",
+        description=(
+            "a NaN/inf loss term or gradient: 'stop' raises naming the step and the term before any weight "
+            "changes; 'skip' drops that optimizer update and counts it in train/skipped_updates"
+        ),
+    )
     kl_form: Literal["flow_grpo", "gaussian"] = Field(
         default="flow_grpo",
         description=(

@@ -21,8 +21,12 @@ import numpy as np
 import torch
 from cosmos_rl.policy.trainer.base import Trainer
 
+from cosmos_sana.log import get_logger
 from cosmos_sana.settings import settings_of
+from cosmos_sana_plugins.trainers.finite import NonFiniteStep, non_finite_problem
 from cosmos_sana_plugins.trainers.runlog import run_log_for
+
+logger = get_logger(__name__)
 
 
 def seed_everything(seed: int) -> None:
@@ -72,6 +76,7 @@ class SanaTrainer(Trainer):
         self.run_log = run_log_for(config, rank=self.global_rank)
         self.train_step = 0  # completed training steps
         self.optimizer_updates = 0
+        self.skipped_updates = 0  # optimizer updates dropped for non-finite values (on_non_finite = "skip")
         self.remain_samples_num = 0  # RL: completions the controller still had to hand out
         self.consumed_prompts = 0  # RL: prompts behind the completed steps (places the controller's stream on resume)
 
@@ -108,9 +113,15 @@ class SanaTrainer(Trainer):
     def trainable_params(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.transformer.parameters() if p.requires_grad]
 
-    def optimizer_step(self, inter_policy_nccl: Any = None) -> float:
+    def optimizer_step(
+        self, inter_policy_nccl: Any = None, *, step: int | None = None, losses: dict[str, Any] | None = None
+    ) -> float:
         """Average gradients over policy replicas, clip (``optm_grad_norm_clip``), step, zero; then the
-        EMA update (every ``ema_update_step_interval`` optimizer updates)."""
+        EMA update (every ``ema_update_step_interval`` optimizer updates).
+
+        A non-finite gradient or loss term (``losses``, name → per-sample values) stops training
+        before any weight changes, naming training step ``step`` (or, with ``[custom.trainer]
+        on_non_finite = "skip"``, drops this update and counts it)."""
         params = self.trainable_params
         if inter_policy_nccl is not None:
             from cosmos_rl.utils.distributed import gradient_reduce_across_dp_replicas_
@@ -118,13 +129,25 @@ class SanaTrainer(Trainer):
             gradient_reduce_across_dp_replicas_(params, inter_policy_nccl)
         clip = self.config.train.optm_grad_norm_clip
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"), foreach=True)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        problem = non_finite_problem(norm, losses or {}, self.model.transformer.named_parameters())
+        if problem is not None:
+            self.optimizers.zero_grad()
+            if self.settings.trainer.on_non_finite == "stop":
+                raise NonFiniteStep(
+                    f"step {step}: {problem}; stopped before the optimizer step, no weight changed "
+                    '(set [custom.trainer] on_non_finite = "skip" to skip such updates instead)'
+                )
+            self.skipped_updates += 1
+            logger.warning("step %s: %s; optimizer update skipped (%d so far)", step, problem, self.skipped_updates)
+            return float(norm)
         self.optimizers.step()
         self.optimizers.zero_grad()
         self.optimizer_updates += 1
         interval = self.config.train.ema_update_step_interval
         if self.ema is not None and (interval <= 1 or self.optimizer_updates % interval == 0):
             self.ema.update()
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        return float(norm)
 
     # ------------------------------------------------------------------ EMA
     def _build_ema(self) -> Any:
@@ -260,4 +283,5 @@ class SanaTrainer(Trainer):
             "train/learning_rate": float(self.lr_schedulers.get_last_lr()[0]),
             "train/iteration_time": time.perf_counter() - started,
             "optimizer/grad_norm": grad_norm,
+            "train/skipped_updates": float(self.skipped_updates),
         }

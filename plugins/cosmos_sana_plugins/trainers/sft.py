@@ -53,7 +53,7 @@ class SanaSFTTrainer(SanaTrainer):
             per_sample = flow_matching_per_sample(self.model, latents, text)
             (per_sample.sum() / size).backward()
             losses.append(per_sample.detach())
-        grad_norm = self.optimizer_step(inter_policy_nccl)
+        grad_norm = self.optimizer_step(inter_policy_nccl, step=train_step + 1, losses={"loss": torch.cat(losses)})
         self.lr_schedulers.step()
         self.train_step = train_step + 1
         per_sample = torch.cat(losses)

@@ -66,6 +66,13 @@ def load_merged(out: Path) -> torch.nn.Module:
     return SanaPipeline.from_pretrained(out).transformer
 
 
+def files_equal(a: Path, b: Path) -> bool:
+    def read(folder: Path) -> dict[str, bytes]:
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+    return read(a) == read(b)
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -215,6 +222,16 @@ def test_merged_export_of_an_init_from_run_uses_the_init_weights(init_from_run, 
     listing = "".join(f"{sha256(p)}  {p.relative_to(init_dir / 'model').as_posix()}\n" for p in files)
     assert recorded["sha256"] == hashlib.sha256(listing.encode()).hexdigest() == fingerprint(init_dir / "model")["sha256"]
     assert recorded["files"] == len(files) >= 2
+
+    import shutil
+
+    copied = shutil.copytree(init_dir, tmp_path / "copied_init")  # the run's init_from, found elsewhere
+    again = tmp_path / "again"
+    assert main(["export", str(checkpoint), "--out", str(again), "--format", "merged", "--init-from", str(copied)]) == 0
+    assert files_equal(again / "transformer", out / "transformer")
+    moved = json.loads((again / "export_manifest.json").read_text())["base"]["init_from"]
+    assert moved["source"] == str(copied) and moved["recorded_source"] == str(init_dir)
+    assert moved["sha256"] == recorded["sha256"]  # the same files, so the same digest
 
 
 def test_a_moved_native_checkpoint_is_named_and_can_be_given_anew(tiny_image_pipeline_dir, tmp_path, capsys):

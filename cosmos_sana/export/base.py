@@ -28,6 +28,8 @@ NATIVE_KEY = "custom.model.native_checkpoint"
 INIT_KEY = "custom.checkpoint.init_from"
 #: the export options that give a recorded path's new place (a run copied to another machine)
 RELOCATION_FLAGS = {NATIVE_KEY: "--native-checkpoint", INIT_KEY: "--init-from"}
+#: the entry of ``describe()`` each setting fills
+MANIFEST_FIELDS = {NATIVE_KEY: "native_checkpoint", INIT_KEY: "init_from"}
 _HASH_CHUNK = 1 << 24
 
 
@@ -47,20 +49,18 @@ class BaseWeights:
 
     def relocated(self, *, native_checkpoint: str | None = None, init_from: str | Path | None = None) -> BaseWeights:
         """This base with its native checkpoint and/or ``init_from`` folder read from a new place."""
-        changes: dict[str, Any] = {}
-        moved = list(self.moved)
-        for key, new, old in ((NATIVE_KEY, native_checkpoint, self.native_checkpoint),
-                              (INIT_KEY, init_from, self.init_from)):
-            if new is None:
-                continue
-            if old is None:
-                recorded = f"not set in {self.recorded_in}" if self.recorded_in else "no run_config.json"
-                raise CheckpointError(f"{RELOCATION_FLAGS[key]}: the run did not use {key} ({recorded})")
-            changes["native_checkpoint" if key == NATIVE_KEY else "init_from"] = (
-                str(new) if key == NATIVE_KEY else Path(new).expanduser()
-            )
-            moved.append((key, str(old)))
-        return replace(self, **changes, moved=tuple(moved))
+        base = self
+        if native_checkpoint is not None:
+            base = replace(base._moving(NATIVE_KEY, self.native_checkpoint), native_checkpoint=str(native_checkpoint))
+        if init_from is not None:
+            base = replace(base._moving(INIT_KEY, self.init_from), init_from=Path(init_from).expanduser())
+        return base
+
+    def _moving(self, key: str, recorded: str | Path | None) -> BaseWeights:
+        if recorded is None:
+            where = f"not set in {self.recorded_in}" if self.recorded_in else "no run_config.json"
+            raise CheckpointError(f"{RELOCATION_FLAGS[key]}: the run did not use {key} ({where})")
+        return replace(self, moved=(*self.moved, (key, str(recorded))))
 
     @property
     def weight_paths(self) -> list[Path]:
@@ -121,7 +121,7 @@ class BaseWeights:
         if self.init_from is not None:
             entry["init_from"] = {"source": str(self.init_from), **fingerprint(_init_model_dir(self.init_from))}
         for key, recorded in self.moved:
-            entry["native_checkpoint" if key == NATIVE_KEY else "init_from"]["recorded_source"] = recorded
+            entry[MANIFEST_FIELDS[key]]["recorded_source"] = recorded
         return entry
 
 

@@ -110,3 +110,18 @@ def test_report_is_not_contradicted_by_skip_warnings(tmp_path):
     assert out.returncode == 1
     assert "BAD " in out.stdout and "verdict: a run would FAIL" in out.stdout
     assert "skipping" not in out.stdout + out.stderr
+
+
+def test_recipe_check_skips_validation_data_a_run_would_not_load(tmp_path, imagefolder, capsys):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(f'[train]\noutput_dir = "out"\n[validation]\nenable = false\n[policy.diffusers]\n'
+                      f'inference_size = [8, 8]\n[custom]\npackage = "cosmos-sana"\n'
+                      f'[custom.data]\nname = "images"\nargs = {{ path = "{imagefolder}" }}\n'
+                      f'[custom.val_data]\nname = "images"\nargs = {{ path = "{tmp_path / "no-val"}" }}\n')
+    assert main(["data", "check", str(recipe), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert [r["counts"] for r in json.loads(captured.out)] == [{"imagefolder/image": 2}]
+    assert "custom.val_data (images): not checked" in captured.err
+    recipe.write_text(recipe.read_text().replace("enable = false", "enable = true"))
+    assert main(["data", "check", str(recipe)]) == 1
+    assert "no-val: no such file or directory" in capsys.readouterr().err

@@ -65,7 +65,7 @@ def _path_report(args: argparse.Namespace) -> Any:
 def _recipe_reports(path: str) -> list[Any]:
     from cosmos_sana.config import wants_cosmos_sana
     from cosmos_sana.plugin_manager import PluginError, installed_plugins
-    from cosmos_sana.runtime import component_params
+    from cosmos_sana.runtime import component_params, validation_enabled
     from cosmos_sana.settings import SettingsError, parse_custom
     from cosmos_sana.validation import ConfigInvalid, read_toml
     from cosmos_sana_plugins.datasets.check import check_dataset, quiet_skips
@@ -83,6 +83,10 @@ def _recipe_reports(path: str) -> list[Any]:
         for field in ("data", "val_data", "real_data"):
             ref = getattr(settings, field)
             if ref is None:
+                continue
+            if field == "val_data" and not validation_enabled(raw):
+                print(f"custom.val_data ({ref.name}): not checked, a run does not load it ([validation] enable "
+                      "is false)", file=sys.stderr)
                 continue
             params = component_params(registry, "dataset", ref, f"custom.{field}")
             with quiet_skips():

@@ -39,13 +39,13 @@ STATISTICS = ("saturation", "high_freq", "periodicity", "near_constant")
 
 
 def as_frames(media: torch.Tensor) -> torch.Tensor:
-    """``B×C×H×W`` or ``B×T×C×H×W`` → ``B×T×C×H×W`` float32 (T = 1 for images)."""
+    """``B×C×H×W`` or ``B×T×C×H×W`` → ``B×T×C×H×W`` (T = 1 for images)."""
     frames = media.unsqueeze(1) if media.ndim == 4 else media
     if frames.ndim != 5 or frames.shape[2] not in (1, 3):
         raise ValueError(
             f"image statistics need B×C×H×W or B×T×C×H×W media with 1 or 3 channels, got shape {tuple(media.shape)}"
         )
-    return frames.detach().float()
+    return frames.detach()
 
 
 def luminance(frames: torch.Tensor) -> torch.Tensor:
@@ -111,15 +111,24 @@ def periodicity(window: torch.Tensor) -> torch.Tensor:
     return torch.maximum(_row_periodicity(window), _row_periodicity(window.transpose(-2, -1)))
 
 
-def image_statistics(media: torch.Tensor, near_constant_std: float) -> dict[str, torch.Tensor]:
-    """Per-sample ``{statistic: [B]}`` for every name in :data:`STATISTICS` (definitions: module docstring)."""
-    frames = as_frames(media)
-    y = luminance(frames)  # B×T×H×W
+def _sample_statistics(frames: torch.Tensor, near_constant_std: float) -> list[torch.Tensor]:
+    """One sample's statistics (``T×C×H×W`` → scalars, in :data:`STATISTICS` order)."""
+    frames = frames.float()
+    y = luminance(frames)  # T×H×W
     window = central_crop(y)
     power, flat = _power_spectrum(window)
-    return {
-        "saturation": saturation(frames).mean(dim=1),
-        "high_freq": high_freq(power, flat).mean(dim=1),
-        "periodicity": periodicity(window).mean(dim=1),
-        "near_constant": (y.flatten(1).std(dim=1, unbiased=False) < near_constant_std).float(),
-    }
+    return [
+        saturation(frames).mean(),
+        high_freq(power, flat).mean(),
+        periodicity(window).mean(),
+        (y.std(unbiased=False) < near_constant_std).float(),
+    ]
+
+
+def image_statistics(media: torch.Tensor, near_constant_std: float) -> dict[str, torch.Tensor]:
+    """Per-sample ``{statistic: [B]}`` for every name in :data:`STATISTICS` (definitions: module docstring).
+
+    One sample at a time, so the temporaries stay those of one sample (a long video is large)."""
+    frames = as_frames(media)
+    per_sample = torch.stack([torch.stack(_sample_statistics(sample, near_constant_std)) for sample in frames])
+    return dict(zip(STATISTICS, per_sample.unbind(1)))

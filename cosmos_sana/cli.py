@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "reward-server": "cosmos_sana.commands.reward_server",
     "convert-to-dcp": "cosmos_sana.commands.convert_to_dcp",
     "export": "cosmos_sana.commands.export",
+    "generate": "cosmos_sana.commands.generate",
 }
 
 

@@ -94,5 +94,5 @@ def default_out(args: argparse.Namespace) -> Path:
     from cosmos_sana.export.restore import open_source
     from cosmos_sana.output_paths import default_export_dir
 
-    source = open_source(args.checkpoint, args.base)
+    source = open_source(args.checkpoint, args.base, native_checkpoint=args.native_checkpoint, init_from=args.init_from)
     return default_export_dir(source.path, resolve_format(args.format, source), ema=args.ema, adapter=args.adapter)

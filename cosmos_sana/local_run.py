@@ -68,7 +68,7 @@ def build_components(config: Any) -> tuple[Any, Any]:
     rollout = RolloutRegistry.get_rollout_cls(config.rollout.backend)(
         config, ParallelDims.from_config(config.rollout.parallelism), trainer.device
     )
-    rollout.init_engine(None, config.train.seed or 0, "auto")
+    rollout.init_engine(None, config.rollout.seed, "auto")  # what cosmos-rl's rollout worker passes
     rollout.set_underlying_model(trainer.model)
     trainer.weight_resume()
     return trainer, rollout
@@ -140,6 +140,8 @@ def run_rl(config: Any, trainer: Any, rollout: Any, total: int) -> list[dict[str
     if config.train.train_batch_per_replica % n:
         raise ValueError(f"train.train_batch_per_replica must be a multiple of rollout.n_generation ({n})")
     per_step = config.train.train_batch_per_replica // n
+    if config.validation.enable:
+        logger.warning("[validation] of an RL recipe runs on a launch's rollout side; this local run skips it")
     reward_fn = CosmosRewardFn(rollout.registry)
     prompts = prompt_stream(config, train_dataset(config), trainer.consumed_prompts)
     reports = []
@@ -160,9 +162,16 @@ def run_rl(config: Any, trainer: Any, rollout: Any, total: int) -> list[dict[str
 
 # ---------------------------------------------------------------------------------------- SFT
 def sft_steps_per_epoch(config: Any, dataset_size: int) -> int:
+    """Batches an epoch; a dataset too small for one batch is refused."""
     batch = config.train.train_batch_per_replica
     drop = config.train.train_policy.dataloader_drop_last
-    return dataset_size // batch if drop else math.ceil(dataset_size / batch)
+    steps = dataset_size // batch if drop else math.ceil(dataset_size / batch)
+    if steps < 1:
+        raise ValueError(
+            f"custom.data: {dataset_size} samples make no batch of train.train_batch_per_replica = {batch} "
+            "with train.train_policy.dataloader_drop_last = true"
+        )
+    return steps
 
 
 def sft_batches(config: Any, dataset: Any, packer: Any, epoch: int, skip: int) -> Iterator[list[Any]]:
@@ -200,11 +209,6 @@ def validate_sft(config: Any, trainer: Any, step: int, total: int, *, last: bool
 def run_sft(config: Any, trainer: Any, total: int) -> list[dict[str, Any]]:
     dataset = train_dataset(config)
     per_epoch = sft_steps_per_epoch(config, len(dataset))
-    if per_epoch < 1:
-        raise ValueError(
-            f"custom.data: {len(dataset)} samples make no batch of train.train_batch_per_replica = "
-            f"{config.train.train_batch_per_replica} (dataloader_drop_last = true)"
-        )
     save_freq = config.train.ckpt.save_freq
     step, reports = trainer.train_step, []
     validate_sft(config, trainer, step, total, last=False)

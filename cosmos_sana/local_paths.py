@@ -41,12 +41,27 @@ def _where(path: str) -> str:
     return "" if Path(path).is_absolute() else f" (relative to {Path.cwd()})"
 
 
-def pipeline_spatial_grid(folder: Path) -> int | None:
-    """Pixels per latent token along height/width (VAE downsampling × transformer patch) of a local
-    diffusers pipeline folder; None when its configs do not say."""
-    index = _read_json(folder / "model_index.json")
-    transformer = _read_json(folder / "transformer" / "config.json")
-    vae = _read_json(folder / "vae" / "config.json")
+def pipeline_file(name: str, relative: str) -> Path | None:
+    """``relative`` (``vae/config.json``) of a pipeline: from its folder, or for a Hub id from the
+    local Hugging Face cache (never the network); None when not on this machine."""
+    if is_local_model(name):
+        file = Path(name).expanduser() / relative
+        return file if file.is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    cached = try_to_load_from_cache(name, relative)
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def pipeline_spatial_grid(name: str) -> int | None:
+    """Pixels per latent token along height/width (VAE downsampling × transformer patch) of the
+    diffusers pipeline ``name`` (a folder, or a Hub id in the local cache); None when unknown."""
+    configs = [pipeline_file(name, f) for f in ("model_index.json", "transformer/config.json", "vae/config.json")]
+    if any(file is None for file in configs):
+        return None
+    index, transformer, vae = (_read_json(file) for file in configs)
     if index is None or transformer is None or vae is None:
         return None
     if "Video" in str(index.get("_class_name", "")):
@@ -87,13 +102,14 @@ def model_issues(data: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def inference_size_issues(data: dict[str, Any]) -> list[tuple[str, str]]:
-    """``policy.diffusers.inference_size`` against the local model's patch × VAE grid."""
+    """``policy.diffusers.inference_size`` against the model's patch × VAE grid (when its
+    configs are on this machine: a local folder, or a Hub id in the Hugging Face cache)."""
     size, name = lookup(data, "policy.diffusers.inference_size"), lookup(data, "policy.model_name_or_path")
     if not (isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size)):
         return []  # absent, or already reported by the value rules
-    if not isinstance(name, str) or not is_local_model(name) or not Path(name).expanduser().is_dir():
+    if not isinstance(name, str) or not name:
         return []
-    grid = pipeline_spatial_grid(Path(name).expanduser())
+    grid = pipeline_spatial_grid(name)
     if grid is None or (size[0] % grid == 0 and size[1] % grid == 0):
         return []
     return [("policy.diffusers.inference_size",

@@ -163,9 +163,6 @@ def relation_issues(data: dict[str, Any], defaults: Callable[[str], Any]) -> lis
             "train.train_batch_per_replica",
             f"{batch} is not a multiple of rollout.n_generation ({n}): every prompt's {n} samples form one group",
         ))
-    mini = get("rollout.n_generation_mini_batch")
-    if is_rl and positive_int(n) and positive_int(mini) and mini > n:
-        found.append(("rollout.n_generation_mini_batch", f"{mini} is larger than rollout.n_generation ({n})"))
     best_of_n = lookup(data, "custom.rollout.best_of_n")
     drafts = best_of_n.get("num_drafts") if isinstance(best_of_n, dict) else None
     if positive_int(n) and positive_int(drafts) and n > drafts:

@@ -164,3 +164,22 @@ def test_component_args_are_checked_beside_other_custom_errors(nft_sets, registr
     sets = [*nft_sets, 'custom.checkpoint.chunk_size="0GB"', 'custom.data.args={path = "builtin:demo", bogus = 1}']
     paths = {i.path for i in issues_of(NFT, sets, registry).issues}
     assert paths >= {"custom.checkpoint.chunk_size", "custom.data"}
+
+
+def test_inference_size_grid_of_a_hub_model_from_the_local_cache(tiny_image_pipeline_dir, tmp_path, monkeypatch, registry):
+    """A Hub id whose configs are in the Hugging Face cache is checked like a folder (no network)."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--acme--tiny-sana" / "snapshots" / "abc123"
+    for name in ("model_index.json", "transformer/config.json", "vae/config.json"):
+        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny_image_pipeline_dir / name, snapshot / name)
+    (tmp_path / "hub" / "models--acme--tiny-sana" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--tiny-sana" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    sets = ['policy.model_name_or_path="acme/tiny-sana"', f'train.output_dir="{tmp_path}"']
+    validate_file(NFT, [*sets, "policy.diffusers.inference_size=[34, 30]"], registry, paths=True)
+    error = issues_of(NFT, [*sets, "policy.diffusers.inference_size=[33, 30]"], registry)
+    assert [i.path for i in error.issues] == ["policy.diffusers.inference_size"] and "multiples of 2" in str(error)

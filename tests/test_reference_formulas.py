@@ -4,8 +4,8 @@ Each ``ref_*`` function is written from the named function of the papers' code (
 not the code), and is compared on identical tensors with what our trainers compute: the loss
 and its gradient, through a small stand-in velocity model with LoRA-style adapters in float64
 (Diffusion-NFT and the advantages to 1e-6; Flow-GRPO's SDE step runs in float32 on both sides,
-as flow_grpo's does, so Flow-GRPO and DDRL agree to 1e-5 relative), and Flow-GRPO once more
-through the tiny SANA transformer in float32.
+as flow_grpo's does, so Flow-GRPO and DDRL agree to 1e-5 relative), and Flow-GRPO and Diffusion-NFT
+once more through the tiny SANA transformer (PEFT LoRA) in float32, to 1e-5 relative.
 
 References:
 * flow_grpo = yifan123/flow_grpo (commit ac4c86e): ``flow_grpo/diffusers_patch/sd3_sde_with_logprob.py``
@@ -589,3 +589,42 @@ def test_grpo_recipe_carries_flow_grpo_ocr_settings():
         (3e-4, 1e-4, 1.0, True)
     trainer = data["custom"].get("trainer", {})
     assert trainer.get("kl_form", "flow_grpo") == "flow_grpo" and trainer.get("cfg_uncond_grad", "flow") == "flow"
+
+
+def test_nft_on_tiny_sana_matches_diffusion_nft(tiny_image_pipeline_dir, tmp_path, cosmos_registries):
+    config = recipe("sana-image-nft", tiny_image_pipeline_dir, tmp_path, {
+        "rollout.n_generation": 2, "train.train_policy.kl_beta": 0.01, "policy.diffusers.nft_beta": 0.1,
+    })
+    trainer = build_trainer(config)
+    model = trainer.model
+    batch = RolloutBatch.collate(scored_rollouts(build_rollout(config, model), ["a red cube", "a blue sky"], brightness),
+                                 trainer.device)
+    lora = lora_utils.adapter_parameters(model.transformer, "default")
+    with torch.no_grad():  # current ≠ old ≠ reference
+        gen = torch.Generator().manual_seed(0)
+        for p in lora.values():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+    params = list(lora.values())
+    index, step, adv = torch.arange(4), torch.tensor([0, 1, 2, 3]), torch.tensor([7.0, 2.5, -1.0, -4.0])
+
+    def ours_loss():
+        torch.manual_seed(5)
+        return trainer.loss_terms(batch, index, step, adv)["loss"]
+
+    def ref_loss():
+        torch.manual_seed(5)
+        x0, t = batch.x0[index], batch.sigmas[index, step]
+        xt = (1 - t.view(-1, 1, 1, 1)) * x0 + t.view(-1, 1, 1, 1) * torch.randn_like(x0)
+        with torch.no_grad():
+            with model.adapter("old"):
+                v_old = model.velocity(xt, t, batch.text)
+            with model.adapter(None):
+                v_ref = model.velocity(xt, t, batch.text)
+        v_theta = model.velocity(xt, t, batch.text)
+        return ref_nft_loss(v_theta, v_old, v_ref, x0, xt, t, adv, beta=0.1, adv_clip_max=5.0, kl_beta=0.01)[0]
+
+    loss, grads = loss_and_grads(ours_loss, params)
+    ref, ref_grads = loss_and_grads(ref_loss, params)
+    assert_rel(loss, ref, FP32_RTOL)
+    for g, r in zip(grads, ref_grads):
+        assert_rel(g, r, FP32_RTOL)

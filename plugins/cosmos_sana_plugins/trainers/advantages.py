@@ -30,7 +30,9 @@ def data_parallel_group(parallel_dims: Any) -> Any | None:
     return mesh["dp"].get_group()
 
 
-def gather_rewards(rewards: torch.Tensor, group_ids: torch.Tensor, group: Any) -> tuple[torch.Tensor, torch.Tensor, slice]:
+def gather_rewards(
+    rewards: torch.Tensor, group_ids: torch.Tensor, group: Any
+) -> tuple[torch.Tensor, torch.Tensor, slice]:
     """Every rank's ``(rewards, group_ids)`` concatenated in rank order, and this rank's rows in them.
     Ranks may hold different numbers of samples."""
     local = (rewards.detach().double().cpu().tolist(), group_ids.cpu().tolist())

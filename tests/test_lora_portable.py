@@ -227,3 +227,39 @@ def test_export_defaults_to_a_folder_beside_the_run(trained, capsys) -> None:
     expected = checkpoint.parent.parent / "exports" / "iter_000000009-lora"
     assert (expected / "pytorch_lora_weights.safetensors").is_file()
     assert f"exported to {expected.resolve()}" in capsys.readouterr().out
+
+
+def test_rank_pattern_and_rslora_scales_fold_too(tiny_image_pipeline_dir: Path, tmp_path: Path) -> None:
+    """rsLoRA (α/√r) and a per-module rank: stock diffusers and a blind loader both get the trained output."""
+    from diffusers import SanaPipeline
+    from peft import LoraConfig
+    from safetensors.torch import load_file
+
+    from cosmos_sana_plugins.sana.lora import save_diffusers_lora
+
+    transformer = base_transformer(tiny_image_pipeline_dir)
+    config = LoraConfig(r=4, lora_alpha=6, use_rslora=True, rank_pattern={"attn1.to_k": 2},
+                        init_lora_weights="gaussian", target_modules=TARGETS)
+    transformer.add_adapter(config, adapter_name="default")
+    g = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        for name, p in transformer.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    expected = forward(transformer)
+    path = save_diffusers_lora(transformer, "default", tmp_path)
+    pipe = SanaPipeline.from_pretrained(tiny_image_pipeline_dir)
+    pipe.load_lora_weights(tmp_path, weight_name=path.name)
+    torch.testing.assert_close(forward(pipe.transformer), expected, rtol=0, atol=1e-5)
+    blind = base_transformer(tiny_image_pipeline_dir)
+    blind.load_state_dict(blind_apply(blind.state_dict(), load_file(path), up="lora_B", down="lora_A",
+                                      prefix="transformer."))
+    torch.testing.assert_close(forward(blind), expected, rtol=0, atol=1e-5)
+
+
+def test_comfyui_export_refuses_verify(trained, tmp_path, capsys) -> None:
+    checkpoint, _ = trained
+    out = tmp_path / "comfy"
+    assert main(["export", str(checkpoint), "--format", "comfyui", "--verify", "--out", str(out)]) == 1
+    assert "--verify loads the export with diffusers, which does not read the comfyui layout" in capsys.readouterr().err
+    assert not out.exists()

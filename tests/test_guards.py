@@ -245,3 +245,44 @@ def test_holdout_reward_names_are_validated(tmp_path):
     with pytest.raises(ConfigInvalid) as info:
         validate_file(path, registry=load_plugins())
     assert [issue.path for issue in info.value.issues] == ["custom.guards.holdout_rewards[0].name"]
+
+
+TWO_RANKS = """
+import json, sys
+import torch
+import torch.distributed as dist
+from cosmos_sana.config.guards import GuardOptions
+from cosmos_sana_plugins.trainers.guards import RolloutGuards
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+media = torch.zeros(2 + rank, 3, 8, 8)  # rank 0: 2 red images, rank 1: 3 grey ones
+media[:, 0] = 1.0 if rank == 0 else 0.5
+media[:, 1:] = 0.0 if rank == 0 else 0.5
+guards = RolloutGuards(GuardOptions(max_saturation=0.3), torch.device("cpu"))
+metrics = guards.measure(media)
+tripped = guards.check(metrics, 1)
+json.dump({"saturation": metrics["guard/saturation"], "tripped": str(tripped)}, open(f"{sys.argv[1]}/rank{rank}.json", "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_share_the_means_and_stop_together(tmp_path):
+    """Two gloo ranks with different rollouts: both see the mean over all 5 samples (2 saturated of 5
+    = 0.4) and both trip, although rank 1's own samples (saturation 0) would not."""
+    import os
+    import subprocess
+    import sys
+
+    from test_checkpoint_reshard import free_port
+
+    script = tmp_path / "worker.py"
+    script.write_text(TWO_RANKS)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(script), str(tmp_path)]
+    result = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    message = "guard: saturation = 0.4 > 0.3 at step 1 (set [custom.guards] max_saturation to change)"
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert got == {"saturation": pytest.approx(0.4), "tripped": message}

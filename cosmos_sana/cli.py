@@ -10,6 +10,10 @@ import argparse
 import importlib
 import sys
 
+from cosmos_sana.log import quiet_third_party
+
+VERBOSE_HELP = "also show other packages' known-harmless start-up warnings (hidden by default)"
+
 #: subcommand → module (add a line here to add a command)
 COMMANDS: dict[str, str] = {
     "run": "cosmos_sana.commands.run",
@@ -31,12 +35,15 @@ COMMANDS: dict[str, str] = {
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cosmos-sana", description="Post-train SANA with cosmos-rl.")
     parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    common = argparse.ArgumentParser(add_help=False)  # -v also after the command name
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = next((a for a in argv if a in COMMANDS), None)
     for name, module_name in COMMANDS.items():
         if wanted is None or name == wanted:
             module = importlib.import_module(module_name)
-            cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+            cmd = sub.add_parser(name, help=module.HELP, description=module.HELP, parents=[common])
             module.add_arguments(cmd)
             cmd.set_defaults(_run=module.run)
         else:  # another command runs: its siblings' help is never shown, so import nothing
@@ -50,8 +57,16 @@ def _version() -> str:
     return f"cosmos-sana {__version__}"
 
 
+def wants_verbose(argv: list[str]) -> bool:
+    """``-v``/``--verbose`` anywhere before a ``--`` (read before any command module is imported)."""
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    return "-v" in options or "--verbose" in options
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if not wants_verbose(argv):
+        quiet_third_party()
     args = build_parser(argv).parse_args(argv)
     return int(args._run(args) or 0)
 

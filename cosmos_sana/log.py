@@ -1,8 +1,15 @@
-"""The ``cosmos_sana`` logger namespace, with secret redaction on every record."""
+"""The ``cosmos_sana`` logger namespace, with secret redaction on every record, and the
+filter that keeps other packages' known-harmless start-up messages out of our commands."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import io
 import logging
+import re
+import sys
+import warnings
 
 from cosmos_sana.redaction import redact_text
 
@@ -27,6 +34,20 @@ class RedactingFormatter(logging.Formatter):
         return redact_text(super().format(record))
 
 
+class ProgressAwareHandler(logging.StreamHandler):
+    """Writes above an open tqdm progress bar (through ``tqdm.write``) instead of onto its line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
+        if tqdm is None or not getattr(tqdm, "_instances", None):
+            super().emit(record)
+            return
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:
+            self.handleError(record)
+
+
 def get_logger(name: str = "") -> logging.Logger:
     """``cosmos_sana`` or a child of it (``get_logger(__name__)`` works too)."""
     if not name or name == ROOT:
@@ -40,7 +61,7 @@ def get_logger(name: str = "") -> logging.Logger:
 def _root() -> logging.Logger:
     logger = logging.getLogger(ROOT)
     if not getattr(logger, "_cosmos_sana_configured", False):
-        handler = logging.StreamHandler()
+        handler = ProgressAwareHandler()
         handler.setFormatter(RedactingFormatter("[cosmos-sana %(levelname)s %(name)s] %(message)s"))
         handler.addFilter(RedactingFilter())
         logger.addHandler(handler)
@@ -58,3 +79,99 @@ def add_file_handler(path: str) -> logging.Handler:
     handler.addFilter(RedactingFilter())
     _root().addHandler(handler)
     return handler
+
+
+# ---------------------------------------------------------------- third-party noise
+#: Log records of other packages that cosmos-sana's commands hide unless run with ``-v``:
+#: (logger the record is created on, regular expression its message matches). Each is
+#: harmless for cosmos-sana: a backend or feature it does not use, or a default it sets itself.
+HARMLESS_RECORDS: tuple[tuple[str, str], ...] = (
+    ("cosmos", r"^Failed to import VLLM Rollout"),  # the SANA rollout is ours, not vLLM
+    ("cosmos", r"^transformer_engine\.pytorch is not available"),  # only cosmos-rl's DeepSeek needs it
+    ("cosmos", r"^top_k is not set for distillation"),  # distillation is off in every recipe
+    ("cosmos", r"^Distillation is not enabled"),
+    ("cosmos", r"^imageio is not installed"),  # cosmos-rl's own video logging; ours writes media itself
+    ("cosmos", r"Failed to import Wan2pt1VAEInterface"),  # cosmos-rl's WFM latent rewards
+    ("cosmos", r"^Config checked successfully$"),
+    # the optimizer table cosmos-rl logs as a trainer is built (4 lines for one model part)
+    ("cosmos", r"^Total number of trainable parameters: \d+$"),
+    ("cosmos", r"^model_part +\| optimizer_cls +\| lr +\|"),
+    ("cosmos", r"^-+(-\+-+){5}$"),
+    ("cosmos", r"^part_\d+ +\| \S+ +\| \S+ +\| \d+ +\| \d+ +\| (TRAINABLE|FROZEN) *$"),
+    ("diffusers.quantizers.torchao.torchao_quantizer", r"^Unable to import `torchao` Tensor objects"),
+)
+#: Python warnings hidden likewise: (category, regular expression of the message).
+HARMLESS_WARNINGS: tuple[tuple[type[Warning], str], ...] = (
+    (FutureWarning, r"The pynvml package is deprecated"),  # torch.cuda's import of pynvml
+    # peft: the rollout's "old" adapter is added beside "default" on purpose (Diffusion-NFT)
+    (UserWarning, r"Already found a `peft_config` attribute in the model"),
+)
+#: Modules that print a line per import to stdout (cosmos-rl's model auto-discovery).
+CHATTY_IMPORTS: frozenset[str] = frozenset({"cosmos_rl.policy.model"})
+
+
+class MessageFilter(logging.Filter):
+    """Drops records whose message matches one of ``patterns``."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        super().__init__()
+        self.patterns = [re.compile(p) for p in patterns]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(p.search(message) for p in self.patterns)
+
+
+class _SilentLoader(importlib.abc.Loader):
+    """Runs another loader with stdout swallowed (the module's import-time prints)."""
+
+    def __init__(self, inner: importlib.abc.Loader) -> None:
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.inner.exec_module(module)
+
+
+class _SilentImportFinder(importlib.abc.MetaPathFinder):
+    """Finds :data:`CHATTY_IMPORTS` with the other finders and silences their loaders."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in CHATTY_IMPORTS:
+            return None
+        for finder in sys.meta_path:
+            if isinstance(finder, _SilentImportFinder) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _SilentLoader(spec.loader)
+                return spec
+        return None
+
+
+_quiet_installed = False
+
+
+def quiet_third_party() -> None:
+    """Hide the known-harmless third-party messages above for the rest of this process.
+
+    Only those: any other record or warning of any package, and everything of
+    cosmos-sana's own, still shows. Call it before the packages are imported
+    (their first messages come at import time). Idempotent.
+    """
+    global _quiet_installed
+    if _quiet_installed:
+        return
+    by_logger: dict[str, list[str]] = {}
+    for name, pattern in HARMLESS_RECORDS:
+        by_logger.setdefault(name, []).append(pattern)
+    for name, patterns in by_logger.items():
+        logging.getLogger(name).addFilter(MessageFilter(patterns))
+    for category, pattern in HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern, category=category)
+    sys.meta_path.insert(0, _SilentImportFinder())
+    _quiet_installed = True

@@ -167,6 +167,9 @@ def _load_checkpoint(
         transformer.set_adapter(chosen)
     pipe = DiffusionPipeline.from_pretrained(str(checkpoint.base_pipeline), transformer=transformer,
                                              **({"torch_dtype": dtype} if dtype else {}))
+    for component, key in (("vae", "custom.model.vae_dtype"), ("text_encoder", "custom.model.text_encoder_dtype")):
+        if lookup(run, key) in RUN_DTYPES:  # the precisions the run sampled its rollouts with
+            getattr(pipe, component).to(getattr(torch, lookup(run, key)))
     info = {"step": checkpoint.step, "checkpoint": str(checkpoint.path.resolve()), "adapter": chosen,
             "ema": use_ema, "base_pipeline": str(checkpoint.base_pipeline.resolve())}
     return LoadedSource("checkpoint", checkpoint.path, pipe, run, checkpoint.base.build, info)

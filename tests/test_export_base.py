@@ -163,11 +163,15 @@ def test_lora_export_of_a_native_run_verifies_on_and_records_its_base(
 
 
 def test_native_export_of_a_native_lora_run_maps_back_to_the_merged_weights(native_run, tiny_image_pipeline_dir, tmp_path):
-    from cosmos_sana_plugins.sana.native_checkpoint import load_native_transformer
+    """… in the LinearFFN layout of the checkpoint the run started from (what Sol-RL's model loads)."""
+    from cosmos_sana_plugins.sana.native_checkpoint import load_native_transformer, read_native_state_dict
 
-    checkpoint, trained, native_model, _ = native_run
+    checkpoint, trained, native_model, native = native_run
     out = tmp_path / "native"
     assert main(["export", str(checkpoint), "--out", str(out), "--format", "native"]) == 0
+    exported, started_from = read_native_state_dict(out / "sana_native.pth"), read_native_state_dict(native)
+    assert exported.keys() == started_from.keys()
+    assert exported["blocks.0.mlp.inverted_conv.linear.weight"].ndim == 2  # [O, I], not a 1×1 conv
     back = load_native_transformer(str(out / "sana_native.pth"), base_config=str(tiny_image_pipeline_dir))
     weights = back.state_dict()
     for key in sorted(set(weights) - lora_targets(trained)):
@@ -265,3 +269,19 @@ def test_a_moved_native_checkpoint_is_named_and_can_be_given_anew(tiny_image_pip
     recorded = json.loads((out / "export_manifest.json").read_text())["base"]["native_checkpoint"]
     assert recorded["source"] == str(here) and recorded["recorded_source"] == str(gone)
     assert recorded["sha256"] == sha256(here)
+
+
+def test_native_layout_follows_the_starting_checkpoint_or_is_named_when_unknown(tiny_image_pipeline_dir, tmp_path, caplog):
+    from cosmos_sana_plugins.sana.native_checkpoint import read_native_state_dict, save_native
+    from cosmos_sana_plugins.sana.native_keys import has_linear_ffn
+
+    transformer = stock(tiny_image_pipeline_dir)
+    linear = save_native(transformer, tmp_path / "linear.pth", linear_ffn=True)
+    conv = save_native(transformer, tmp_path / "conv.safetensors")
+    assert has_linear_ffn(read_native_state_dict(linear)) and not has_linear_ffn(read_native_state_dict(conv))
+    assert has_linear_ffn(read_native_state_dict(save_native(transformer, tmp_path / "a.pth", layout_of=linear)))
+    assert not has_linear_ffn(read_native_state_dict(save_native(transformer, tmp_path / "b.pth", layout_of=conv)))
+    gone = tmp_path / "gone.pth"
+    written = save_native(transformer, tmp_path / "c.pth", layout_of=gone)
+    assert not has_linear_ffn(read_native_state_dict(written))
+    assert f"writing {written} with conv FFN layers: the layout of {gone} is unknown" in caplog.text

@@ -206,7 +206,7 @@ def _write(
     elif fmt in LORA_FORMATS:
         lora_layout_writer(source.pipeline_class, fmt)(transformer, chosen, staging, pipeline_class=source.pipeline_class)
     elif fmt == "native":
-        write_native(transformer, staging)
+        write_native(transformer, staging, layout_of=source.base.native_checkpoint)
     else:
         write_pipeline(transformer, source.base_pipeline, staging, max_shard_size=max_shard_size)
     return {

@@ -89,9 +89,10 @@ def merge_lora(transformer: torch.nn.Module, adapter: str) -> torch.nn.Module:
     return transformer
 
 
-def write_native(transformer: torch.nn.Module, out: Path) -> Path:
-    """A native SANA ``.pth`` (``{"state_dict": …}``, native key layout)."""
+def write_native(transformer: torch.nn.Module, out: Path, *, layout_of: str | None = None) -> Path:
+    """A native SANA ``.pth`` (``{"state_dict": …}``, native key layout; with ``layout_of``, the FFN
+    layout of that native checkpoint: a run started from a LinearFFN checkpoint exports LinearFFN)."""
     from cosmos_sana_plugins.sana.native_checkpoint import save_native
 
-    return save_native(transformer, out / NATIVE_FILE)
+    return save_native(transformer, out / NATIVE_FILE, layout_of=layout_of)
 

@@ -21,6 +21,7 @@ from cosmos_sana_plugins.sana.native_keys import (
     NativeKeyError,
     architecture_name,
     diffusers_to_native,
+    has_linear_ffn,
     infer_transformer_config,
     is_video_native,
     native_to_diffusers,
@@ -283,9 +284,24 @@ def _check_keys(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], pat
 # --------------------------------------------------------------------------- writing
 
 
-def save_native(transformer: torch.nn.Module, path: str | os.PathLike[str], *, linear_ffn: bool = False) -> Path:
-    """Write ``transformer``'s weights in native layout: ``.safetensors``, or ``.pth`` as ``{"state_dict": …}``."""
+def save_native(
+    transformer: torch.nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    linear_ffn: bool = False,
+    layout_of: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write ``transformer``'s weights in native layout: ``.safetensors``, or ``.pth`` as ``{"state_dict": …}``.
+
+    ``layout_of``: a native checkpoint whose FFN form (conv, or LinearFFN) to write instead of ``linear_ffn``
+    (the checkpoint a run started from, so its tools load the result); unreadable, it is named in a warning.
+    """
     path = Path(path)
+    if layout_of is not None:
+        try:
+            linear_ffn = has_linear_ffn(read_native_state_dict(resolve_source(layout_of)))
+        except NativeCheckpointError as exc:
+            log.warning("writing %s with conv FFN layers: the layout of %s is unknown (%s)", path, layout_of, exc)
     tensors = {k: v.detach().cpu().contiguous() for k, v in transformer.state_dict().items()}
     native = diffusers_to_native(tensors, linear_ffn=linear_ffn)
     path.parent.mkdir(parents=True, exist_ok=True)

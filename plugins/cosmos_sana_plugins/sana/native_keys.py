@@ -115,6 +115,11 @@ def has_guidance_embedder(state_dict: Mapping[str, Any]) -> bool:
     return any(k.startswith("cfg_embedder.") for k in state_dict)
 
 
+def has_linear_ffn(state_dict: Mapping[str, Any]) -> bool:
+    """LinearFFN (Sol-RL) checkpoints store the FFN's 1×1 layers as ``.linear`` ``[O, I]`` weights."""
+    return any((block := _BLOCK.match(k)) and block.group(2).rsplit(".", 1)[0] in _LINEAR_FORMS for k in state_dict)
+
+
 def _dropped(key: str) -> bool:
     return key in DROPPED_KEYS or key.startswith(DROPPED_PREFIXES)
 

@@ -200,9 +200,10 @@ def check_upstream(data: dict[str, Any]) -> list[Issue]:
     CosmosConfig = cosmos_config_class()
     upstream = {k: v for k, v in data.items() if k != "custom"}
     issues = unknown_and_out_of_choice(CosmosConfig, upstream, "")
-    if "train" not in data:
+    if not isinstance(data.get("train"), dict):  # cosmos-rl's own checks would fail with a KeyError
         issues.append(Issue("train", "missing table: cosmos-rl requires [train] (with output_dir)"))
-    elif "output_dir" not in data["train"]:
+        return issues
+    if "output_dir" not in data["train"]:
         issues.append(Issue("train.output_dir", "missing: cosmos-rl requires it"))
     try:
         CosmosConfig.model_validate(copy.deepcopy(data))

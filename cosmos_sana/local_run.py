@@ -74,7 +74,8 @@ def build_components(config: Any) -> tuple[Any, Any]:
     return trainer, rollout
 
 
-def train_dataset(config: Any, field: str = "data") -> Any:
+def recipe_dataset(config: Any, field: str = "data") -> Any:
+    """The dataset ``[custom.<field>]`` names (data, val_data), refused when missing or empty."""
     from cosmos_sana.plugin_manager import installed_plugins
     from cosmos_sana.runtime import dataset_factory
 
@@ -87,6 +88,7 @@ def train_dataset(config: Any, field: str = "data") -> Any:
 
 
 def capped(steps: int, config: Any) -> int:
+    """``steps``, at most ``train.max_num_steps`` when that is set."""
     cap = config.train.max_num_steps
     return min(steps, cap) if cap is not None and cap > 0 else steps
 
@@ -131,7 +133,7 @@ def save_due(config: Any, step: int, total: int) -> bool:
     return ckpt.enable_checkpoint and (step == total or (ckpt.save_freq > 0 and step % ckpt.save_freq == 0))
 
 
-def run_rl(config: Any, trainer: Any, rollout: Any, total: int) -> list[dict[str, Any]]:
+def run_rl(config: Any, trainer: Any, rollout: Any, dataset: Any, total: int) -> list[dict[str, Any]]:
     from cosmos_rl.utils.payload import extract_rollouts
 
     from cosmos_sana.rewards.cosmos_reward import CosmosRewardFn
@@ -143,7 +145,7 @@ def run_rl(config: Any, trainer: Any, rollout: Any, total: int) -> list[dict[str
     if config.validation.enable:
         logger.warning("[validation] of an RL recipe runs on a launch's rollout side; this local run skips it")
     reward_fn = CosmosRewardFn(rollout.registry)
-    prompts = prompt_stream(config, train_dataset(config), trainer.consumed_prompts)
+    prompts = prompt_stream(config, dataset, trainer.consumed_prompts)
     reports = []
     for step in range(trainer.train_step + 1, total + 1):
         payloads = [next(prompts) for _ in range(per_step)]
@@ -193,25 +195,24 @@ def sft_batches(config: Any, dataset: Any, packer: Any, epoch: int, skip: int) -
         yield [packer.sft_process_sample(dataset[i]) for i in indices]
 
 
-def validate_sft(config: Any, trainer: Any, step: int, total: int, *, last: bool) -> None:
+def validate_sft(config: Any, trainer: Any, dataset: Any, step: int, total: int, *, last: bool) -> None:
     """cosmos-rl's SFT validation rounds: every ``validation.freq`` steps and at the end."""
     val = config.validation
     due = (step == 0 and val.val_before_train) or (step > 0 and step % val.freq == 0) or last
     if not (val.enable and due):
         return
-    dataset = train_dataset(config, "val_data")
     size = val.batch_size or config.train.train_batch_per_replica
     for start in range(0, len(dataset), size):
         items = [trainer.val_data_packer.sft_process_sample(dataset[i]) for i in range(start, min(start + size, len(dataset)))]
         trainer.step_validation(items, step, total)
 
 
-def run_sft(config: Any, trainer: Any, total: int) -> list[dict[str, Any]]:
-    dataset = train_dataset(config)
+def run_sft(config: Any, trainer: Any, dataset: Any, total: int) -> list[dict[str, Any]]:
+    val_dataset = recipe_dataset(config, "val_data") if config.validation.enable else None
     per_epoch = sft_steps_per_epoch(config, len(dataset))
     save_freq = config.train.ckpt.save_freq
     step, reports = trainer.train_step, []
-    validate_sft(config, trainer, step, total, last=False)
+    validate_sft(config, trainer, val_dataset, step, total, last=False)
     for epoch in range(step // per_epoch, config.train.epoch):
         if step >= total:
             break
@@ -220,33 +221,37 @@ def run_sft(config: Any, trainer: Any, total: int) -> list[dict[str, Any]]:
             step += 1
             if step >= total:
                 break
-            validate_sft(config, trainer, step, total, last=False)
+            validate_sft(config, trainer, val_dataset, step, total, last=False)
             trainer.checkpointing(total_steps=total, train_step=step, save_freq=save_freq)
-    validate_sft(config, trainer, step, total, last=True)
+    validate_sft(config, trainer, val_dataset, step, total, last=True)
     trainer.checkpointing(total_steps=total, train_step=step, save_freq=save_freq, is_last_step=True)
     return reports
 
 
 # ---------------------------------------------------------------------------------------- both
-def total_steps(config: Any) -> int:
-    size = len(train_dataset(config))
+def total_steps(config: Any, dataset: Any) -> int:
+    """The run's last step, as cosmos-rl computes it for ``dataset``."""
+    size = len(dataset)
     if is_sft(config):
         return capped(sft_steps_per_epoch(config, size) * config.train.epoch, config)
     return rl_total_steps(config, size)
 
 
-def train_local(config: Any, components: tuple[Any, Any] | None = None, *, steps: int | None = None) -> list[dict[str, Any]]:
+def train_local(
+    config: Any, components: tuple[Any, Any] | None = None, *, steps: int | None = None, dataset: Any = None
+) -> list[dict[str, Any]]:
     """Train from the restored step (0 on a fresh start) to the recipe's last step (or ``steps``);
     returns each step's report. Checkpoints and ``logs/metrics.jsonl`` go under
-    ``train.output_dir`` exactly as in a launch."""
+    ``train.output_dir`` exactly as in a launch. ``dataset``: ``[custom.data]`` when already built."""
     trainer, rollout = components or build_components(config)
-    total = steps if steps is not None else total_steps(config)
+    dataset = dataset if dataset is not None else recipe_dataset(config)
+    total = steps if steps is not None else total_steps(config, dataset)
     if trainer.train_step >= total:
         logger.info("nothing to train: the restored step %d is already the last (%d)", trainer.train_step, total)
         return []
     try:
         if is_sft(config):
-            return run_sft(config, trainer, total)
-        return run_rl(config, trainer, rollout, total)
+            return run_sft(config, trainer, dataset, total)
+        return run_rl(config, trainer, rollout, dataset, total)
     finally:
         trainer.run_log.close()

@@ -47,7 +47,7 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
 
     from cosmos_sana.checkpoint import list_checkpoints
     from cosmos_sana.compat.cosmos_rl import cosmos_config_class
-    from cosmos_sana.local_run import build_components, is_sft, total_steps, train_local
+    from cosmos_sana.local_run import build_components, is_sft, recipe_dataset, total_steps, train_local
 
     config = cosmos_config_class().from_dict(copy.deepcopy(data))  # appends train.timestamp to output_dir
     kind = "sft" if is_sft(config) else "rl"
@@ -57,11 +57,12 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
     )
     components = build_components(config)
     trainer = components[0]
-    total = total_steps(config)
+    dataset = recipe_dataset(config)
+    total = total_steps(config, dataset)
     first = trainer.train_step + 1
     if first > 1:
         print(f"[run] resumed at step {trainer.train_step} of {total}", file=sys.stderr, flush=True)
-    reports = train_local(config, components, steps=total)
+    reports = train_local(config, components, steps=total, dataset=dataset)
     checkpoints = list_checkpoints(config.train.output_dir)
     summary = {
         "kind": kind,

@@ -11,7 +11,8 @@ Sources:
 
 The model plugin serving the pipeline class samples (``ModelSpec.generator``). Every prompt gets
 ``batch`` images seeded ``seed, seed + 1, …``; with ``compare_base`` the base (the weights training
-started from) samples the same prompts and seeds, and a grid PNG shows base (top row) over trained.
+started from) samples the same prompts and seeds, and a grid PNG per prompt shows them side by side
+(a row per seed: base left, trained right).
 ``generate.json`` beside the media records the source, every setting and every file written.
 """
 
@@ -307,7 +308,8 @@ def generate(
         trained_stills = write(sample(trained, request), "trained", index, prompt)
         if base is not None:
             base_stills = write(sample(base, request), "base", index, prompt)
-            grid = save_grid([base_stills, trained_stills], out / GRID_DIR / f"{index:03d}-{slug(prompt)}.png")
+            rows = [list(pair) for pair in zip(base_stills, trained_stills)]
+            grid = save_grid(rows, out / GRID_DIR / f"{index:03d}-{slug(prompt)}.png")
             files["grids"].append(grid.relative_to(out).as_posix())
     record = {
         "source": str(loaded.path.resolve()),
@@ -320,7 +322,7 @@ def generate(
         "settings": asdict(settings),
         "media_shape": shapes[0],  # C×H×W (images) or T×C×H×W (videos): the size actually sampled
         "compare_base": compare_base,
-        "grid_rows": ["base", "trained"] if compare_base else None,
+        "grid_columns": ["base", "trained"] if compare_base else None,  # one row per seed
         "device": device,
         "dtype": str(trained.transformer.dtype).removeprefix("torch."),
         "files": files,

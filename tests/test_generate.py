@@ -134,19 +134,19 @@ def test_seeds_are_per_image_and_runs_repeat(tiny_image_pipeline_dir: Path, tmp_
                               pixels(out / "000-a-red-apple-on-a-table-seed6.png"))
 
 
-def test_compare_base_writes_base_over_trained_grids(checkpoint: Path, tiny_image_pipeline_dir: Path, tmp_path: Path) -> None:
+def test_compare_base_writes_base_and_trained_side_by_side(checkpoint: Path, tiny_image_pipeline_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "compare"
     assert main(["generate", str(checkpoint), "--prompt", PROMPT, "--batch", "2", "--compare-base",
                  "--out", str(out)]) == 0
     got = record(out)
-    assert got["grid_rows"] == ["base", "trained"] and len(got["files"]["base"]) == 2
+    assert got["grid_columns"] == ["base", "trained"] and len(got["files"]["base"]) == 2
     (grid_name,) = got["files"]["grids"]
     grid = pixels(out / grid_name)
-    assert grid.shape == (128, 128, 3)  # 2 rows (base, trained) × 2 seeds of 64²
+    assert grid.shape == (128, 128, 3)  # a row per seed, base | trained, 64² each
     base, trained = images(out, "base"), images(out)
-    for col in range(2):
-        assert np.array_equal(grid[:64, col * 64:(col + 1) * 64], base[col])
-        assert np.array_equal(grid[64:, col * 64:(col + 1) * 64], trained[col])
+    for row in range(2):
+        assert np.array_equal(grid[row * 64:(row + 1) * 64, :64], base[row])
+        assert np.array_equal(grid[row * 64:(row + 1) * 64, 64:], trained[row])
     plain = tmp_path / "plain-base"
     assert main(["generate", str(tiny_image_pipeline_dir), "--prompt", PROMPT, "--batch", "2", *SMALL,
                  "--guidance", "2", "--out", str(plain)]) == 0

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sampling.add_argument("--batch", type=int, default=1, help="images per prompt, sampled in one batch (default 1)")
     weights = parser.add_argument_group("weights")
     weights.add_argument("--compare-base", action="store_true",
-                         help="also sample the base with the same seeds; writes base/ and compare/ grids (base over trained)")
+                         help="also sample the base with the same seeds; writes base/ and compare/ grids (per seed: base | trained)")
     weights.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
                          help="checkpoints: use (or not) the EMA weights (default: when the run kept an EMA)")
     weights.add_argument("--adapter", help="checkpoints: LoRA adapter (default: the trained one)")

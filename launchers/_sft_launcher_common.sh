@@ -41,7 +41,8 @@ usage() {
 
 # The first exception line of each controller/worker log this launch wrote (cosmos-rl's --log-dir
 # keeps them in $LOG_DIR/logs_latest/{controller,policy_N,rollout_N}.log): a failed run's cause is
-# there, while cosmos-rl itself only reports an exit status.
+# there, while cosmos-rl itself only reports an exit status. When those logs hold none (cosmos-rl
+# stopped before starting them), the lines this launch added to $LOG_FILE are searched instead.
 print_root_cause() {
   local dir=$LOG_DIR/logs_latest log hit found=0 logs=()
   local pattern='^(\[[^]]*\]:?[[:space:]]*)*([A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(Error|Exception)(:.*)?$'
@@ -57,7 +58,13 @@ print_root_cause() {
       found=1
     fi
   done
-  ((found)) || echo "$LAUNCHER_NAME: no exception found in this launch's controller/worker logs ($dir)" >&2
+  ((found)) && return 0
+  hit=$(tail -n "+$((LOG_LINES_BEFORE + 1))" "$LOG_FILE" | grep -m1 -nE "$pattern" || true)
+  if [[ -n $hit ]]; then
+    echo "$LAUNCHER_NAME: first error in $LOG_FILE:$((LOG_LINES_BEFORE + ${hit%%:*})): ${hit#*:}" >&2
+  else
+    echo "$LAUNCHER_NAME: no exception found in this launch's logs ($dir, $LOG_FILE)" >&2
+  fi
 }
 
 abspath() {
@@ -216,6 +223,7 @@ if ((NNODES > 1)); then
 fi
 LAUNCH+=(cosmos_sana.bridge) # every role loads the plugins (does not rely on the autoload .pth)
 echo "$LAUNCHER_NAME: ${LAUNCH[*]}" | tee -a "$LOG_FILE"
+LOG_LINES_BEFORE=$(wc -l <"$LOG_FILE")
 set +e
 "${LAUNCH[@]}" 2>&1 | tee -a "$LOG_FILE"
 STATUS=${PIPESTATUS[0]}

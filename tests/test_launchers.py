@@ -175,3 +175,24 @@ def test_a_failed_launch_prints_the_first_error_of_each_log(workspace: dict[str,
 def test_launcher_hint_names_the_data_check_command(workspace: dict[str, str], tmp_path: Path) -> None:
     result = launch(IMAGE_SFT, {**workspace, "DATASET_PATH": "nope"}, tmp_path, "--dry-run")
     assert f"check it with: cosmos-sana data check {tmp_path}/nope" in result.stderr
+
+
+EARLY_FAILING_COSMOS_RL = """#!/usr/bin/env bash
+echo 'Traceback (most recent call last):'
+echo 'RuntimeError: No GPUs available. Please check your GPU configuration.'
+exit 1
+"""
+
+
+def test_a_launch_that_fails_before_its_workers_names_the_launcher_log_line(workspace, tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "cosmos-rl"
+    fake.write_text(EARLY_FAILING_COSMOS_RL)
+    env = fake_validate(workspace, tmp_path, status=0)
+    log = tmp_path / "outputs" / "train" / "sana-image-sft" / "logs" / "sana-image-sft_sft.log"
+    launch(IMAGE_SFT, env, tmp_path)  # a first launch: the log keeps its lines
+    before = len(log.read_text().splitlines())
+    result = launch(IMAGE_SFT, env, tmp_path)
+    assert result.returncode == 1
+    lines = log.read_text().splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if i > before and line.startswith("RuntimeError"))
+    assert f"first error in {log}:{number}: RuntimeError: No GPUs available" in result.stderr

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     weights.add_argument("--adapter", help="checkpoints: LoRA adapter (default: the trained one)")
     weights.add_argument("--base", help="base pipeline folder (default: the one the checkpoint or export recorded)")
     weights.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
-                         help="weights dtype (default: the run's policy.diffusers.dtype, else as stored)")
+                         help="weights dtype (default: a checkpoint's run policy.diffusers.dtype; exports and pipelines as stored)")
     weights.add_argument("--device", help="default: cuda when available, else cpu")
 
 

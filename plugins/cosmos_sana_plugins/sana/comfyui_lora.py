@@ -2,8 +2,8 @@
 
 Which loader reads it, and what it reads (checked against the loaders' code, 2026-12):
 
-* ComfyUI's core has no SANA model (native support is still an open request, comfyanonymous/ComfyUI #5785 and
-  #6136). ComfyUI users run SANA with the ``city96/ComfyUI_ExtraModels`` custom node (or the SANA authors'
+* ComfyUI's core has no SANA model (native support is still an open request: Comfy-Org/ComfyUI, formerly
+  comfyanonymous/ComfyUI, issues #5785 and #6136). ComfyUI users run SANA with the ``city96/ComfyUI_ExtraModels`` custom node (or the SANA authors'
   fork ``Efficient-Large-Model/ComfyUI_ExtraModels``): its ``Sana/loader.py`` builds the native ``SanaMS``
   network as the ``diffusion_model`` of a ComfyUI ``BaseModel`` (diffusers checkpoints are converted to native
   keys first). The node ships no LoRA loader for SANA (``convert_lora_state_dict`` in its
@@ -69,12 +69,12 @@ def comfyui_state(
 
 def _fuse(parts: Mapping[int, tuple[torch.Tensor, torch.Tensor, float]], count: int) -> tuple[torch.Tensor, torch.Tensor, float]:
     """One ``(down, up, alpha)`` whose ``alpha / rows(down) · up @ down`` stacks the pieces' ``scale · B @ A``."""
-    order = sorted(parts)
-    same_scale = len({parts[i][2] for i in order}) == 1
-    down = torch.cat([parts[i][0] for i in order], dim=0)
     if count == 1:
         lora_a, lora_b, scale = parts[0]
         return lora_a, lora_b, scale * lora_a.shape[0]
+    order = sorted(parts)
+    same_scale = len({parts[i][2] for i in order}) == 1
+    down = torch.cat([parts[i][0] for i in order], dim=0)
     rows = parts[order[0]][1].shape[0]
     up = torch.zeros(rows * count, down.shape[0], dtype=down.dtype)
     column = 0

@@ -263,3 +263,15 @@ def test_comfyui_export_refuses_verify(trained, tmp_path, capsys) -> None:
     assert main(["export", str(checkpoint), "--format", "comfyui", "--verify", "--out", str(out)]) == 1
     assert "--verify loads the export with diffusers, which does not read the comfyui layout" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_model_card_names_a_hub_base_model_id(exports) -> None:
+    """A run on a Hub model records its id as the card's base_model (a local folder stays out of the metadata)."""
+    from huggingface_hub import ModelCard
+
+    from cosmos_sana.export.model_card import card_text
+
+    manifest = json.loads((exports["lora"] / "export_manifest.json").read_text())
+    hub_run = {**RUN_CONFIG, "policy": {**RUN_CONFIG["policy"], "model_name_or_path": "Efficient-Large-Model/Sana_600M"}}
+    assert ModelCard(card_text(manifest, hub_run)).data.base_model == "Efficient-Large-Model/Sana_600M"
+    assert ModelCard((exports["lora"] / "README.md").read_text()).data.base_model is None

@@ -71,9 +71,10 @@ def reward_lines(run: dict[str, Any]) -> list[str]:
 
 def hub_base_model(run: dict[str, Any], base_pipeline: str) -> str | None:
     """The base as a Hub repo id when the run named one (``org/name`` that is not a local folder)."""
+    from cosmos_sana.local_paths import is_local_model
+
     name = lookup(run, "policy.model_name_or_path") or base_pipeline
-    looks_like_repo = isinstance(name, str) and name.count("/") == 1 and not name.startswith((".", "/", "~"))
-    return name if looks_like_repo and not Path(name).exists() else None
+    return name if isinstance(name, str) and not is_local_model(name) else None
 
 
 def loading_snippet(manifest: dict[str, Any]) -> str:

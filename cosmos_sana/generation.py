@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from cosmos_sana.checkpoint.dcp_io import CheckpointError
-from cosmos_sana.checkpoint.pipeline_folder import is_pipeline_folder, pipeline_class_name
+from cosmos_sana.checkpoint.pipeline_folder import is_pipeline_folder
 from cosmos_sana.checkpoint.training import package_versions
 from cosmos_sana.export.model_card import lookup, read_run_config
 

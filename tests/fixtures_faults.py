@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 FAULT_KINDS = ("refused", "contained")
-_counts: Counter = Counter()
+_counts: dict[str, Counter] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,19 +34,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     kind = marker.args[0] if marker.args else marker.kwargs.get("kind")
     if kind not in FAULT_KINDS:
         raise pytest.UsageError(f"{item.nodeid}: fault kind must be one of {FAULT_KINDS}, got {kind!r}")
-    _counts["cases"] += 1
-    if report.passed:
-        _counts[kind] += 1
-    else:
-        _counts["silent"] += 1
-        _counts["data_lost"] += bool(marker.kwargs.get("guards_data"))
+    area = item.path.stem.removeprefix("test_fault_injection_")
+    for counts in (_counts.setdefault(area, Counter()), _counts.setdefault("all", Counter())):
+        counts["cases"] += 1
+        if report.passed:
+            counts[kind] += 1
+        else:
+            counts["silent"] += 1
+            counts["data_lost"] += bool(marker.kwargs.get("guards_data"))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _counts["cases"]:
+    if "all" not in _counts:
         return
+    columns = ("cases", "refused", "contained", "silent", "data_lost")
     terminalreporter.write_line(
-        f"fault injection: {_counts['cases']} cases, {_counts['refused']} refused with a clear error, "
-        f"{_counts['contained']} contained, {_counts['silent']} silent acceptances or unclear errors, "
-        f"{_counts['data_lost']} with possible data loss"
+        "fault injection (refused = clear error; silent = silent acceptance or unclear error; "
+        "data_lost = a failed case that guards existing data)"
     )
+    terminalreporter.write_line(f"  {'area':<12}" + "".join(f"{c:>11}" for c in columns))
+    for area in sorted(_counts, key=lambda a: (a == "all", a)):
+        terminalreporter.write_line(f"  {area:<12}" + "".join(f"{_counts[area][c]:>11}" for c in columns))

@@ -10,8 +10,12 @@ import logging
 import re
 import sys
 import warnings
+from collections.abc import Iterable
+from typing import TypeVar
 
 from cosmos_sana.redaction import redact_text
+
+T = TypeVar("T")
 
 ROOT = "cosmos_sana"
 
@@ -72,6 +76,19 @@ def _root() -> logging.Logger:
     return logger
 
 
+#: seconds a loop runs before :func:`progress` shows its bar
+PROGRESS_DELAY_S = 2.0
+
+
+def progress(items: Iterable[T], *, desc: str, total: int | None = None, unit: str = "it") -> Iterable[T]:
+    """``items`` with a progress bar on stderr for a long loop of ours: shown only in a terminal, and only
+    once the loop has run for :data:`PROGRESS_DELAY_S` (short loops and captured output stay clean)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, total=total, unit=unit, delay=PROGRESS_DELAY_S, disable=None, leave=False,
+                file=sys.stderr)
+
+
 def add_file_handler(path: str) -> logging.Handler:
     """Mirror the namespace to a file (the run's output folder), redacted too."""
     handler = logging.FileHandler(path)
@@ -99,6 +116,8 @@ HARMLESS_RECORDS: tuple[tuple[str, str], ...] = (
     ("cosmos", r"^-+(-\+-+){5}$"),
     ("cosmos", r"^part_\d+ +\| \S+ +\| \S+ +\| \d+ +\| \d+ +\| (TRAINABLE|FROZEN) *$"),
     ("diffusers.quantizers.torchao.torchao_quantizer", r"^Unable to import `torchao` Tensor objects"),
+    # a dtype cast of a model with no float32-only modules (the list is empty: nothing to keep)
+    ("diffusers.models.modeling_utils", r"^There are modules in \w+ that should be kept in float32: \[\]\."),
 )
 #: Python warnings hidden likewise: (category, regular expression of the message).
 HARMLESS_WARNINGS: tuple[tuple[type[Warning], str], ...] = (

@@ -8,6 +8,7 @@ byte-identical safetensors.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,20 @@ def build_transformer(preset: Preset, **overrides: Any) -> torch.nn.Module:
     return cls(**{**preset.transformer, **overrides})
 
 
+def _quiet(step: str) -> None:
+    """The default ``progress`` callback: says nothing."""
+
+
 def build_components(
-    preset: Preset, *, seed: int = 0, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    preset: Preset,
+    *,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    progress: Callable[[str], None] = _quiet,
 ) -> dict[str, Any]:
-    """``tokenizer, text_encoder, transformer, vae, scheduler`` for ``preset``, created directly on ``device``."""
+    """``tokenizer, text_encoder, transformer, vae, scheduler`` for ``preset``, created directly on ``device``;
+    ``progress`` is told each step before it starts."""
     import diffusers
     from transformers import Gemma2Config, Gemma2Model
 
@@ -48,8 +59,11 @@ def build_components(
     devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
     with torch.random.fork_rng(devices=devices), torch.device(device):
         torch.manual_seed(seed)
+        progress("random-initialising the text encoder")
         text_encoder = Gemma2Model(text_config)
+        progress("random-initialising the transformer")
         transformer = build_transformer(preset)
+        progress("random-initialising the VAE")
         vae = getattr(diffusers, preset.vae_class)(**preset.vae)
     modules = {"text_encoder": text_encoder, "transformer": transformer, "vae": vae}
     for module in modules.values():
@@ -68,14 +82,17 @@ def build_pipeline(
     seed: int = 0,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    progress: Callable[[str], None] = _quiet,
 ) -> Path:
-    """Write a random-initialised pipeline folder for ``preset`` to ``out_dir`` and return its path."""
+    """Write a random-initialised pipeline folder for ``preset`` to ``out_dir`` and return its path;
+    ``progress`` is told each step before it starts."""
     import diffusers
 
     chosen = resolve_preset(preset, video)
     out = Path(out_dir)
-    components = build_components(chosen, seed=seed, device=device, dtype=dtype)
+    components = build_components(chosen, seed=seed, device=device, dtype=dtype, progress=progress)
     pipe: DiffusionPipeline = getattr(diffusers, chosen.pipeline_class)(**components)
+    progress(f"writing safetensors to {out}")
     pipe.save_pretrained(out, safe_serialization=True)
     _write_readme(out, chosen, seed=seed, dtype=dtype, vocab_size=len(components["tokenizer"]))
     return out

@@ -86,14 +86,18 @@ def convert_to_dcp(
     """Write the transformer of ``source`` as DCP under ``<out>/model`` (CPU, single process)."""
     out = Path(out)
     _check_replaceable(out)
+    logger.info("convert-to-dcp: reading the transformer of %s", source)
     transformer, base_pipeline = load_source_transformer(source, base=base, dtype=dtype, native_use_ema=native_use_ema)
     staging = out.with_name(f"{STAGING_PREFIX}{out.name}")
     shutil.rmtree(staging, ignore_errors=True)
     state = get_model_state_dict(transformer)
+    size = sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
+    logger.info("convert-to-dcp: %d tensors, %.2f GB; checking every weight is finite", len(state), size / 1e9)
     key = non_finite_entry(state)
     if key is not None:
         raise CheckpointError(f"{source}: weight {key!r} holds NaN or inf; not converted")
     staging.mkdir(parents=True)
+    logger.info("convert-to-dcp: writing DCP to %s (files of about %s)", out / MODEL_PART, chunk_size)
     save_state(state, staging / MODEL_PART, chunk_bytes=parse_size(chunk_size))
     parts = {MODEL_PART: ModelState(transformer, base_pipeline=str(base_pipeline))}
     write_meta(staging, kind="converted", step=0, parts=parts, config={"source": str(source)})

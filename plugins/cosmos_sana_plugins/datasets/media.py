@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch.utils.data import Dataset
 
+from cosmos_sana.log import progress
 from cosmos_sana_plugins.datasets.errors import BadSampleError, BadSamplePolicy, DatasetError, OnBadSample
 from cosmos_sana_plugins.datasets.images import bucket_size, fit, image_size, open_image, to_pixels
 from cosmos_sana_plugins.datasets.latent_cache import LatentCache, content_hash, load_entry
@@ -98,7 +99,7 @@ class MediaDataset(Dataset, ABC):
     def check(self) -> DataReport:
         """Load every sample (caption and full decode); collect bad ones instead of raising."""
         report = DataReport(str(self.params.path), self.policy.on_bad_sample, bad=list(self.policy.skipped))
-        for ref in self.refs:
+        for ref in progress(self.refs, desc=f"checking {self.modality}s", unit="sample"):
             try:
                 read_caption(ref)
                 _, source = self.decode(ref)

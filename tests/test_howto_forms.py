@@ -1,4 +1,4 @@
-"""The SANA how-to's command lines with our recipes: ``cosmos-rl --config X.toml cosmos_rl.tools.dataset.diffusion_nft``
+"""The Sol-RL how-to's command lines with our recipes: ``cosmos-rl --config X.toml cosmos_rl.tools.dataset.diffusion_nft``
 (NFT, video NFT) and ``... cosmos_rl.tools.dataset.diffusers_dataset`` (SFT) reach our bridge in every role; any other
 upstream dataset script is refused in the launcher with the forms that work."""
 

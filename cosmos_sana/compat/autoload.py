@@ -12,7 +12,7 @@ only when the command line mentions cosmos (a string test, nothing imported).
   ``python -m <stock entry module>``, it redirects that one ``-m`` lookup to
   :mod:`cosmos_sana.bridge`, which loads the plugins and calls cosmos-rl's worker
   entry with our datasets, packers and rewards.
-* The SANA how-to's forms ``cosmos-rl --config X.toml cosmos_rl.tools.dataset.diffusion_nft``
+* The Sol-RL how-to's forms ``cosmos-rl --config X.toml cosmos_rl.tools.dataset.diffusion_nft``
   (NFT) and ``... cosmos_rl.tools.dataset.diffusers_dataset`` (SFT) are redirected the same
   way in every role, so upstream's dataset script (its own prompt sets and packer) never runs
   with our recipes. Any other script of ``cosmos_rl.tools.dataset`` with our recipe is refused
@@ -41,7 +41,7 @@ STOCK_ENTRY_MODULES = frozenset(
         "cosmos_rl.reference.reference_entry",  # Reference
     }
 )
-#: Upstream dataset scripts the SANA how-to passes as the script argument; ours run instead.
+#: Upstream dataset scripts the Sol-RL how-to passes as the script argument; ours run instead.
 HOWTO_SCRIPT_MODULES = frozenset(
     {
         "cosmos_rl.tools.dataset.diffusion_nft",  # NFT and video NFT

@@ -56,7 +56,7 @@ def test_nan_reward_stops_the_rl_step_before_any_weight_changes(
     trainer, rollout = grpo(tmp_path, tiny_image_pipeline_dir)
     before = weights(trainer)
     rollouts = scored_rollouts(rollout, PROMPTS, nan_weighted)
-    with pytest.raises(NonFiniteStep, match=r"^step 3: non-finite loss term 'loss' = nan") as info:
+    with pytest.raises(NonFiniteStep, match=r"^step 3: non-finite loss terms 'loss' = nan, 'policy_loss' = nan") as info:
         trainer.step_training(rollouts, current_step=3, total_steps=5, do_save_checkpoint=True)
     assert "non-finite gradients" in str(info.value) and 'on_non_finite = "skip"' in str(info.value)
     assert unchanged(before, trainer) and trainer.optimizer_updates == 0

@@ -41,7 +41,8 @@ def non_finite_problem(
     found = []
     terms = [f"{name!r} = {float(total):g}" for name, total, bad in zip(names, totals, term_bad) if bad]
     if terms:
-        found.append(f"non-finite loss term {', '.join(terms)} (summed over this rank's samples)")
+        found.append(f"non-finite loss term{'s' if len(terms) > 1 else ''} {', '.join(terms)} "
+                     "(summed over this rank's samples)")
     if grad_bad:
         first = next((name for name, p in named_parameters
                       if p.grad is not None and not bool(torch.isfinite(_local(p.grad)).all())), None)

@@ -14,6 +14,7 @@ import argparse
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def run_launch(data: dict[str, Any], out: Path) -> None:
     resolved = out / "demo.toml"
     with resolved.open("wb") as handle:
         tomli_w.dump(data, handle)
-    print(f"[demo] cosmos-rl --config {resolved}", flush=True)
+    print(f"[demo] cosmos-rl --config {resolved}", file=sys.stderr, flush=True)
     subprocess.run(["cosmos-rl", "--config", str(resolved)], check=True)
 
 
@@ -92,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     if mode == "auto":
         ok, why = can_launch()
         mode = "launch" if ok else "local"
-        print(f"[demo] {why}: {'real cosmos-rl launch' if ok else 'single-process run of the same components'}")
+        print(f"[demo] {why}: {'real cosmos-rl launch' if ok else 'single-process run of the same components'}",
+              file=sys.stderr)
     data = resolve(recipe, out, args.steps)
     if mode == "launch":
         run_launch(data, out)

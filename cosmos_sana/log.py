@@ -154,6 +154,9 @@ class _SilentLoader(importlib.abc.Loader):
         with contextlib.redirect_stdout(io.StringIO()):
             self.inner.exec_module(module)
 
+    def __getattr__(self, name: str):  # get_source, get_resource_reader, ... of the real loader
+        return getattr(self.inner, name)
+
 
 class _SilentImportFinder(importlib.abc.MetaPathFinder):
     """Finds :data:`CHATTY_IMPORTS` with the other finders and silences their loaders."""

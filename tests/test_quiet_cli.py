@@ -107,6 +107,7 @@ def test_chatty_imports_print_nothing(tmp_path: Path, monkeypatch, capsys) -> No
     import other_chatty  # noqa: F401
 
     assert chatty_pkg.VALUE == 42
+    assert "VALUE = 42" in chatty_pkg.__spec__.loader.get_source("chatty_pkg")  # the real loader's other methods
     assert capsys.readouterr().out == "not on the list\n"
 
 

@@ -21,7 +21,9 @@ different values is an error:
 
 Knowing differences: ``fp8`` is ours (Sol-RL has no FP8 preview); our NVFP4 preview quantizes
 the transformer blocks' linear layers with torchao, where Sol-RL swaps linears of at least
-``nvfp4_min_dim`` features for transformer-engine ones.
+``nvfp4_min_dim`` features for transformer-engine ones; for an odd ``k`` we keep one more best
+than worst seed, Sol-RL's ``best_worst`` one more worst (the same split for every even ``k``,
+as in all shipped recipes).
 """
 
 from __future__ import annotations

@@ -144,3 +144,33 @@ def test_recorded_configs_mask_secret_keys_and_values(monkeypatch: pytest.Monkey
     assert redact(config) == {"logging": {"wandb_api_key": MASK},
                               "policy": {"lora_names": ["default", "old"], "model_name_or_path": "/data/nvidia/sana"},
                               "custom": {"note": f"pushed with {MASK}"}}
+
+
+@pytest.mark.fault("contained", guards_data=True)
+def test_launcher_dry_run_resolves_exactly_with_service_variables_set(
+    tiny_image_pipeline_dir: Path, tmp_path: Path
+) -> None:
+    """The reported case end to end: the NFT launcher's dry run with ``AWS_PROFILE=default`` and
+    ``NGC_CLI_ORG=nvidia`` set must resolve ``lora_names = ["default", "old"]`` and the model path as given,
+    and its log must not hold the token."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "nvidia" / "sana"
+    model.parent.mkdir()
+    model.symlink_to(tiny_image_pipeline_dir)
+    env = {**os.environ, **ORDINARY_ENV, **SECRET_ENV, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "DATASET_PATH": "builtin:demo", "BASE_CHECKPOINT_PATH": str(model), "OUTPUT_ROOT": str(tmp_path / "runs"),
+           "NPROC_PER_NODE": "1"}
+    script = REPO / "launchers" / "launch_rl_sana-image-nft.sh"
+    result = subprocess.run(["bash", str(script), "--dry-run"], env=env, cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "configuration valid" in result.stdout
+    run_dir = tmp_path / "runs" / "sana-image-nft"
+    resolved = tomllib.loads((run_dir / "sana-image-nft.resolved.toml").read_text())
+    assert resolved["policy"]["lora"]["lora_names"] == ["default", "old"]
+    assert resolved["policy"]["model_name_or_path"] == str(model)
+    assert resolved["custom"]["data"]["args"]["path"] == "builtin:demo"
+    log = next((run_dir / "logs").glob("*.log")).read_text()
+    assert all(secret not in log + result.stdout + result.stderr for secret in SECRET_ENV.values())

@@ -66,7 +66,7 @@ def _recipe(tmp_path, data_table: str) -> str:
 def test_recipe_uses_its_own_policy_and_sizes(mixed, tmp_path, capsys):
     table = (f'[custom.data]\nname = "images"\non_bad_sample = "skip"\nargs = {{ path = "{mixed}" }}\n\n'
              '[custom.val_data]\nname = "prompts"\nargs = { path = "builtin:ocr" }\n\n'
-             '[policy.diffusers]\ninference_size = [8, 8]\n')
+             '[policy.diffusers]\ninference_size = [8, 8]\n\n[validation]\nenable = true\n')
     assert main(["data", "check", _recipe(tmp_path, table), "--json"]) == 0
     reports = json.loads(capsys.readouterr().out)
     assert reports[0]["dataset"] == f"custom.data (images): {mixed}"

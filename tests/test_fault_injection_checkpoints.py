@@ -222,3 +222,22 @@ def test_every_dcp_read_goes_through_the_safe_reader() -> None:
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if risky.search(line)]
     assert not found, f"unsafe checkpoint reads: {found}"
+
+
+@pytest.mark.fault("refused")
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/model.safetensors", "sub/../../x.safetensors"])
+def test_native_index_naming_shards_elsewhere_is_refused(tmp_path: Path, shard: str) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    from cosmos_sana_plugins.sana.native_checkpoint import NativeCheckpointError, read_native_state_dict
+
+    save_file({"w": torch.zeros(2)}, tmp_path / "outside.safetensors")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    index = folder / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"w": shard}}))
+    with pytest.raises(NativeCheckpointError, match="shards must be file names beside the index") as info:
+        read_native_state_dict(index)
+    assert str(index) in str(info.value)

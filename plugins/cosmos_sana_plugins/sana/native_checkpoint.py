@@ -121,10 +121,16 @@ def read_native_state_dict(path: str | os.PathLike[str], *, use_ema: bool = Fals
 
 
 def _read_index(index: Path) -> dict[str, str]:
+    """The index's ``weight_map``; each shard must be a file name beside the index."""
     try:
-        return dict(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
+        weight_map = dict(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise NativeCheckpointError(f"{index}: not a safetensors index with a 'weight_map' ({exc})") from exc
+    outside = [s for s in dict.fromkeys(weight_map.values())
+               if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
+    if outside:
+        raise NativeCheckpointError(f"{index}: shards must be file names beside the index, got {outside}")
+    return weight_map
 
 
 def _read_sharded(index: Path) -> dict[str, torch.Tensor]:

@@ -446,19 +446,24 @@ def test_ddrl_loss_is_flow_grpo_policy_plus_data_beta_flow_matching(guidance, tm
 
 @pytest.mark.parametrize("exp_reward", [False, True])
 def test_ddrl_exp_reward_matches_cosmos_rl(exp_reward, tmp_path):
+    """The clip [−2, 1] cuts some advantages either way: A = 1.41 and 1.22 before the transform
+    (−exp(−1) = −0.37 if clipped first), −exp(0.82) = −2.26 and −exp(1.22) = −3.39 after it."""
     config = recipe("sana-image-ddrl", tmp_path / "unused-model", tmp_path, {
-        "custom.trainer": {"exp_reward": exp_reward}, "train.train_policy.advantage_low": -5.0,
-        "train.train_policy.advantage_high": 5.0,
+        "custom.trainer": {"exp_reward": exp_reward}, "train.train_policy.advantage_low": -2.0,
+        "train.train_policy.advantage_high": 1.0,
     })
     trainer = stand_in_trainer(SanaDDRLTrainer, config, StandInModel())
-    rewards = [0.0, 1.0, 10.0, 0.2, 0.25, 0.3]
+    rewards = [0.0, 1.0, 10.0, 0.2, 0.25, 0.3]  # A = −0.82, −0.59, 1.41 and −1.22, 0, 1.22
     batch = advantage_batch(rewards, [0, 0, 0, 1, 1, 1])
     normalised = torch.from_numpy(ref_per_prompt_advantages(["a"] * 3 + ["b"] * 3, rewards, global_std=False))
-    expected = ref_cosmos_rl_ddrl_advantages(normalised, exp_reward=exp_reward, clip_min=-5.0, clip_max=5.0)
+    expected = ref_cosmos_rl_ddrl_advantages(normalised, exp_reward=exp_reward, clip_min=-2.0, clip_max=1.0)
     ours = trainer.step_advantages(batch)
     torch.testing.assert_close(ours.double(), expected, rtol=0, atol=FP64_ATOL)
-    if exp_reward:  # −exp(−A) < 0 for every sample; A = 0 maps to −1
+    if exp_reward:  # −exp(−A) < 0 for every sample; A = 0 maps to −1; two hit the lower clip
         assert (ours < 0).all() and ours[4] == pytest.approx(-1.0, abs=1e-6)
+        assert ours[[0, 3]].tolist() == [-2.0, -2.0] and ours[2] == pytest.approx(-math.exp(-1.4083), abs=1e-4)
+    else:
+        assert ours[[2, 5]].tolist() == [1.0, 1.0]
 
 
 def test_exp_reward_is_refused_outside_ddrl(tmp_path):

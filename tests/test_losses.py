@@ -122,6 +122,8 @@ def test_kl_std_forms():
     close(L.kl_std("flow_grpo", "cps", step_std, sigma, sigma_next).flatten(), [0.2, 0.2])  # cps: the step std
     with pytest.raises(ValueError, match="kl_form"):
         L.kl_std("reverse", "sde", step_std, sigma, sigma_next)
+    with pytest.raises(ValueError, match="kl_form"):  # named for any sampler, not only where it matters
+        L.kl_std("reverse", "cps", step_std, sigma, sigma_next)
 
 
 def test_flow_matching_loss():

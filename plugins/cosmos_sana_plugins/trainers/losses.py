@@ -174,10 +174,10 @@ def kl_std(form: str, sampler: str, step_std: Tensor, sigma: Tensor, sigma_next:
     the ``sde`` sampler the step std without its sqrt(σ − σ') factor, for ``cps`` the step std
     itself (there the two forms agree).
     """
+    if form not in ("flow_grpo", "gaussian"):
+        raise ValueError(f"custom.trainer.kl_form must be 'flow_grpo' or 'gaussian', got {form!r}")
     if form == "gaussian" or sampler != "sde":
         return step_std
-    if form != "flow_grpo":
-        raise ValueError(f"custom.trainer.kl_form must be 'flow_grpo' or 'gaussian', got {form!r}")
     step = (sigma.float() - sigma_next.float()).reshape(-1, *([1] * (step_std.ndim - 1)))
     return step_std / step.sqrt()
 

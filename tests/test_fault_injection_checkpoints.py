@@ -241,3 +241,19 @@ def test_native_index_naming_shards_elsewhere_is_refused(tmp_path: Path, shard: 
     with pytest.raises(NativeCheckpointError, match="shards must be file names beside the index") as info:
         read_native_state_dict(index)
     assert str(index) in str(info.value)
+
+
+@pytest.mark.fault("refused")
+def test_hostile_non_tensor_entry_is_refused_unloaded(tmp_path: Path) -> None:
+    """DCP stores a non-tensor value (a step count, a sampler state) as a pickle of its own; a crafted one
+    must not run either. The hostile object is written by DCP itself, as a tampered save would be."""
+    from cosmos_sana.checkpoint import save_checkpoint
+
+    marker = tmp_path / "PWNED"
+    saved = save_checkpoint(tmp_path / "run", 1, {"trainer": {"step": 3, "sampler": CreatesFile(marker)}})
+    assert not marker.exists()
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(saved, {"trainer": {"step": 0, "sampler": None}})
+    assert str(info.value).startswith(f"{saved / 'trainer'}: entry 'sampler' is not plain data")
+    assert "io.open" in str(info.value)
+    assert not marker.exists()

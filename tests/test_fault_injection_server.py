@@ -207,3 +207,16 @@ def test_request_limit_must_be_positive(value: str) -> None:
 
     with pytest.raises(ValueError, match="--max-request-mb must be positive"):
         reward_server.build_app(reward_server_args("--no-auth", "--max-request-mb", value))
+
+
+@pytest.mark.fault("refused")
+def test_oversize_pull_form_gets_413(server: str) -> None:
+    """The pull form is parsed before authentication: its size is capped too."""
+    from cosmos_sana.rewards.server import PULL_PATH
+
+    url = urlsplit(server)
+    with socket.create_connection((url.hostname, url.port), timeout=5) as sock:
+        sock.sendall(f"POST {PULL_PATH} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/x-www-form-urlencoded"
+                     f"\r\nContent-Length: {100 << 20}\r\n\r\nuuid=".encode())
+        assert sock.recv(65536).decode(errors="replace").startswith("HTTP/1.1 413")
+    still_serves(server)

@@ -70,14 +70,22 @@ class SafeLoadPlanner(DefaultLoadPlanner):
     DCP stores every non-tensor value (ints, lists, strings…) as a pickle and loads
     it with full unpickling; a tampered checkpoint could run code. Each such entry
     is first checked with the restricted unpickler, then handed to the default path.
+    A refusal names the checkpoint ``folder`` and the entry.
     """
+
+    def __init__(self, folder: str | Path, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.folder = folder
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         try:
             torch.load(value, weights_only=True)
         except Exception as exc:  # the restricted unpickler raises UnpicklingError or RuntimeError
+            text = str(exc)
+            reason = next((line.strip() for line in text.splitlines() if "Unsupported global" in line), text)
             raise CheckpointError(
-                f"entry {read_item.dest_index.fqn!r} is not plain data (refused by weights_only loading): {exc}"
+                f"{self.folder}: entry {read_item.dest_index.fqn!r} is not plain data "
+                f"(refused by weights_only loading: {reason})"
             ) from exc
         value.seek(0)
         super().load_bytes(read_item, value)
@@ -252,10 +260,12 @@ def load_state(state: dict[str, Any], path: str | Path) -> None:
     check_data_files(path, metadata)
     try:
         with _single_process_quiet():
-            dcp.load(state, storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner(), no_dist=not is_distributed())
+            dcp.load(state, storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner(path), no_dist=not is_distributed())
     except CheckpointError:
         raise
     except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+        if isinstance(_first_failure(exc), CheckpointError):  # SafeLoadPlanner's refusal names folder and entry
+            raise _first_failure(exc) from exc
         sample = ", ".join(sorted(stored)[:5])
         raise CheckpointError(f"{path}: cannot load ({_reason(exc)}); stored keys include: {sample}") from exc
 
@@ -277,9 +287,15 @@ def check_data_files(path: Path, metadata: Metadata) -> None:
                                   f"needs {end}")
 
 
+def _first_failure(exc: BaseException) -> BaseException:
+    """The first rank's underlying error of a DCP ``CheckpointException``, else ``exc``."""
+    if isinstance(exc, CheckpointException) and exc.failures:
+        return next(iter(exc.failures.values()))[0]
+    return exc
+
+
 def _reason(exc: BaseException) -> str:
     """The first rank's underlying error of a DCP ``CheckpointException``, with its type
     (several of the reader's errors have no message of their own)."""
-    if isinstance(exc, CheckpointException) and exc.failures:
-        exc, _trace = next(iter(exc.failures.values()))
+    exc = _first_failure(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

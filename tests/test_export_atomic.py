@@ -235,6 +235,47 @@ def test_recovery_leaves_folders_of_running_exports_alone(tmp_path: Path) -> Non
         running.wait()
 
 
+def test_a_symbolic_link_as_out_is_replaced_and_the_folder_it_names_is_kept(checkpoints, tmp_path: Path) -> None:
+    """``--out latest`` with ``latest → v1``: the link becomes the new export, ``v1`` keeps every byte
+    (its ``COMPLETE`` marker too); a dangling link is replaced as well. A link moved aside by a kill
+    inside the swap is put back as the link it was."""
+    first, second = checkpoints
+    v1, latest = tmp_path / "v1", tmp_path / "latest"
+    kept = previous_export(first, v1)
+    latest.symlink_to(v1, target_is_directory=True)
+    export_checkpoint(second, latest)
+    assert files(v1) == kept and not latest.is_symlink()
+    assert json.loads((latest / "export_manifest.json").read_text())["source_checkpoint"] == str(second.resolve())
+    assert siblings(latest) == [] and siblings(v1) == []
+
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone", target_is_directory=True)
+    export_checkpoint(second, dangling)
+    assert (dangling / "COMPLETE").is_file() and not dangling.is_symlink() and siblings(dangling) == []
+
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    aside = tmp_path / f"moved.old-{finished.pid}-abcd"  # what a kill between the swap's two renames leaves
+    aside.symlink_to(v1, target_is_directory=True)
+    assert recover_output(tmp_path / "moved") == tmp_path / "moved"
+    assert (tmp_path / "moved").resolve() == v1.resolve() and files(v1) == kept
+
+
+def test_out_spelled_relative_or_with_dots_is_replaced_in_place(checkpoints, tmp_path: Path, monkeypatch) -> None:
+    """``--out .`` inside a previous export, and ``a/../export``: the staging folder goes beside the
+    export (a ``.`` has no name to build a sibling's from), and the export is replaced where it is."""
+    first, second = checkpoints
+    out = tmp_path / "export"
+    previous_export(first, out)
+    monkeypatch.chdir(out)
+    export_checkpoint(second, ".")
+    assert json.loads((out / "export_manifest.json").read_text())["source_checkpoint"] == str(second.resolve())
+    monkeypatch.chdir(tmp_path)
+    export_checkpoint(first, "a/../export/")
+    assert json.loads((out / "export_manifest.json").read_text())["source_checkpoint"] == str(first.resolve())
+    assert siblings(out) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
 @pytest.fixture
 def layout(checkpoints, tmp_path: Path) -> dict[str, Path]:
     """``models/base`` (a previous export, used as the base pipeline) and ``runs/ckpt`` (a checkpoint)."""

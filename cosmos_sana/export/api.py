@@ -33,7 +33,7 @@ from cosmos_sana.checkpoint.states import is_lora_key
 from cosmos_sana.checkpoint.training import package_versions
 from cosmos_sana.export.model_card import write_model_card
 from cosmos_sana.export.restore import ExportSource, open_source, restore_transformer
-from cosmos_sana.export.swap import discard, new_staging, recover_output, swap_in
+from cosmos_sana.export.swap import discard, new_staging, output_path, recover_output, swap_in
 from cosmos_sana.export.verify import VerifyOptions, verify_export
 from cosmos_sana.export.writers import merge_lora, write_lora, write_native, write_pipeline
 from cosmos_sana.log import get_logger
@@ -162,7 +162,7 @@ def _export(
     fmt = resolve_format(fmt, source)
     if verify is not None and fmt not in ("diffusers", "merged", "lora", "native"):
         raise ValueError(f"--verify loads the export with diffusers, which does not read the {fmt} layout")
-    out = Path(out)
+    out = output_path(out)
     check_out_path(out, Path(checkpoint), source)
     recover_output(out)
     check_replaceable(out)

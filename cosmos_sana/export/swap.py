@@ -18,6 +18,9 @@ What a process killed at any point leaves, and what the next export (or :func:`r
 Renames are atomic because every sibling shares ``<out>``'s parent folder (one file system). Folders
 are told apart by the process id in their name: leftovers of a process still running on this host are
 left alone. Nothing is flushed to disk: this protects against the process dying, not the machine.
+
+``<out>`` is taken as spelled (made absolute, ``..`` folded, see :func:`output_path`): when it is a
+symbolic link, the link is what gets replaced; the folder it points to is left as it was.
 """
 
 from __future__ import annotations
@@ -68,18 +71,31 @@ def _running(pid: int) -> bool:
 
 
 def _remove(folder: Path) -> None:
-    """Unmark first, so an interrupted removal never leaves a marked but partial folder."""
+    """Unmark first, so an interrupted removal never leaves a marked but partial folder. A symbolic
+    link (an ``<out>`` that was one) is removed alone: what it points to is not this export's."""
+    if folder.is_symlink():
+        folder.unlink()
+        return
     (folder / COMPLETE_MARKER).unlink(missing_ok=True)
     shutil.rmtree(folder)
+
+
+def output_path(out: str | Path) -> Path:
+    """``out`` absolute, with ``.`` and ``..`` folded as written (links are not followed), so that it has a
+    name and a parent to put its siblings in; the file-system root is refused."""
+    path = Path(os.path.abspath(out))
+    if not path.name:
+        raise ValueError(f"--out {out}: the file-system root cannot be an export folder")
+    return path
 
 
 def recover_output(out: str | Path) -> Path | None:
     """Undo what an interrupted export of ``out`` left: a previous export moved aside comes back
     to ``out`` (returned), staging folders and old copies are removed."""
-    out = Path(out)
+    out = output_path(out)
     restored = None
     olds = _leftovers(out, OLD_TAG)
-    if not out.exists():
+    if not os.path.lexists(out):
         complete = [p for p in olds if is_complete(p)]
         if complete:
             restored = max(complete, key=lambda p: (p / COMPLETE_MARKER).stat().st_mtime)
@@ -105,7 +121,7 @@ def discard(staging: Path) -> None:
 def swap_in(staging: Path, out: Path) -> None:
     """Make the complete folder ``staging`` the new ``out``; the previous ``out`` is deleted afterwards."""
     old = None
-    if out.exists():
+    if os.path.lexists(out):  # a dangling link is replaced too
         old = _sibling(out, OLD_TAG)
         os.rename(out, old)
     try:

@@ -13,6 +13,8 @@ from typing import Any
 
 from cosmos_sana.checkpoint.training import RUN_CONFIG_FILE
 from cosmos_sana.export.writers import LORA_FILE, NATIVE_FILE, PEFT_FOLDER
+from cosmos_sana.value_rules import MISSING
+from cosmos_sana.value_rules import lookup as lookup_or_missing
 
 CARD_FILE = "README.md"
 #: ``(label, dotted key in the run config)`` rows of the card's recipe table
@@ -37,12 +39,8 @@ RECIPE_ROWS = (
 
 def lookup(config: dict[str, Any], dotted: str) -> Any:
     """``config["a"]["b"]`` for ``"a.b"``; None when any part is missing."""
-    value: Any = config
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
+    value = lookup_or_missing(config, dotted)
+    return None if value is MISSING else value
 
 
 def read_run_config(checkpoint: Path) -> dict[str, Any]:

@@ -163,3 +163,42 @@ def test_nan_sft_loss_stops_the_step(
     with pytest.raises(NonFiniteStep, match=r"^step 5: non-finite loss term 'loss' = nan"):
         trainer.step_training(batch, total_steps=10, train_step=4, save_freq=10)
     assert unchanged(before, trainer) and trainer.optimizer_updates == 0
+
+
+AGREE = """
+import json, sys
+import torch, torch.distributed as dist
+from cosmos_sana.checkpoint.dcp_io import any_rank
+from cosmos_sana_plugins.trainers.finite import non_finite_problem
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+weight = torch.nn.Parameter(torch.ones(2))
+weight.grad = torch.ones(2)
+loss = torch.tensor([float("nan") if rank == 1 else 0.5])  # a metric-only term, NaN on rank 1 alone
+problem = non_finite_problem(torch.tensor(1.0), {"loss": loss}, [("w", weight)])
+print(json.dumps({"rank": rank, "problem": problem, "any": any_rank(rank == 1)}))
+"""
+
+
+@pytest.mark.fault("refused")
+def test_ranks_agree_on_a_non_finite_step(tmp_path: Path) -> None:
+    """A NaN seen by one rank stops every rank (a rank going on alone would hang the next collective)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(script)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = sorted((json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+                   key=lambda r: r["rank"])
+    assert [r["any"] for r in lines] == [True, True]
+    assert lines[0]["problem"] == "non-finite loss term 'loss' (on another rank)"
+    assert lines[1]["problem"] == "non-finite loss term 'loss' = nan (summed over this rank's samples)"

@@ -32,17 +32,20 @@ def non_finite_problem(
     names = sorted(losses)
     totals = [torch.as_tensor(losses[n]).detach().float().sum().to(grad_norm.device) for n in names]
     values = torch.stack([_local(grad_norm).detach().float().reshape(()), *totals])
-    flags = (~torch.isfinite(values)).to(torch.int32)
+    local = (~torch.isfinite(values)).to(torch.int32)
+    flags = local.clone()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
     grad_bad, *term_bad = (bool(f) for f in flags.tolist())
     if not grad_bad and not any(term_bad):
         return None
+    here = [bool(f) for f in local.tolist()[1:]]
     found = []
-    terms = [f"{name!r} = {float(total):g}" for name, total, bad in zip(names, totals, term_bad) if bad]
+    terms = [f"{name!r} = {float(total):g}" if mine else f"{name!r} (on another rank)"
+             for name, total, bad, mine in zip(names, totals, term_bad, here) if bad]
     if terms:
-        found.append(f"non-finite loss term{'s' if len(terms) > 1 else ''} {', '.join(terms)} "
-                     "(summed over this rank's samples)")
+        summed = " (summed over this rank's samples)" if any(here) else ""
+        found.append(f"non-finite loss term{'s' if len(terms) > 1 else ''} {', '.join(terms)}{summed}")
     if grad_bad:
         first = next((name for name, p in named_parameters
                       if p.grad is not None and not bool(torch.isfinite(_local(p.grad)).all())), None)

@@ -125,3 +125,8 @@ def test_recipe_check_skips_validation_data_a_run_would_not_load(tmp_path, image
     recipe.write_text(recipe.read_text().replace("enable = false", "enable = true"))
     assert main(["data", "check", str(recipe)]) == 1
     assert "no-val: no such file or directory" in capsys.readouterr().err
+
+
+def test_hf_imagefolder_metadata_file_given_directly(imagefolder, capsys):
+    code, report = check(imagefolder / "metadata.jsonl", capsys)
+    assert (code, report["counts"], report["bad"]) == (0, {"imagefolder/image": 2}, 0)

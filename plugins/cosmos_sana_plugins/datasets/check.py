@@ -19,7 +19,8 @@ from cosmos_sana_plugins.datasets.report import DataReport
 
 
 def is_prompt_source(path: str) -> bool:
-    """Prompt files: ``builtin:NAME``, ``.txt``, or a ``.jsonl`` whose first record has no ``media``."""
+    """Prompt files: ``builtin:NAME``, ``.txt``, or a ``.jsonl`` whose first record names no media
+    (``media``, or ``file_name`` of a Hugging Face imagefolder)."""
     if path.startswith("builtin:"):
         return True
     file = Path(path)
@@ -33,7 +34,7 @@ def is_prompt_source(path: str) -> bool:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 return False
-            return not (isinstance(record, dict) and "media" in record)
+            return not (isinstance(record, dict) and ("media" in record or "file_name" in record))
     return False
 
 

@@ -177,6 +177,8 @@ def detect_layout(path: Path) -> str:
             return "sana_meta"
         return "imagefolder" if (path / HF_METADATA_FILE).is_file() else "folder"
     suffix = path.suffix.lower()
+    if path.name == HF_METADATA_FILE:
+        return "imagefolder"
     if suffix == ".jsonl":
         return "jsonl"
     if suffix == ".zip":
@@ -184,14 +186,15 @@ def detect_layout(path: Path) -> str:
     raise DatasetError(f"{path}: not a dataset folder, .jsonl manifest or .zip archive")
 
 
-def outside_root(ref: SampleRef, root: Path) -> BadSampleError | None:
+def outside_root(ref: SampleRef, root: Path, named: Path) -> BadSampleError | None:
     """An error naming the file of ``ref`` (media, caption, or the archive holding them) that
-    resolves, through symbolic links, outside the real path ``root``; None when all are inside."""
+    resolves, through symbolic links, outside the real path ``root``; None when all are inside.
+    ``named`` (the real path of the archive the dataset names) is always allowed."""
     for source in (ref.media, ref.sidecar):
         if source is None:
             continue
         real = source.path.resolve()
-        if not real.is_relative_to(root):
+        if real != named and not real.is_relative_to(root):
             return BadSampleError(source.path, f"resolves to {real}, outside the dataset root {root} "
                                   "(a symbolic link); set args.allow_outside_root = true to read it")
     return None
@@ -213,14 +216,14 @@ def discover(
     finders = {"folder": _folder, "sana_meta": _sana_meta, "jsonl": _jsonl, "imagefolder": _imagefolder, "zip": _zip}
     if resolved not in finders:
         raise DatasetError(f"{path}: unknown layout {resolved!r} (one of {sorted(finders)})")
-    real = path.resolve()
-    root = real if real.is_dir() else real.parent
+    named = path.resolve()  # a manifest's samples are relative to the folder it is named in, link or not
+    root = named if named.is_dir() else path.absolute().parent.resolve()
     refs: list[SampleRef] = []
     candidates = 0
     for item in finders[resolved](path, modalities):
         candidates += 1
         if not isinstance(item, BadSampleError) and not allow_outside_root:
-            item = outside_root(item, root) or item
+            item = outside_root(item, root, named) or item
         if isinstance(item, BadSampleError):
             policy.handle(item)
         else:
@@ -337,10 +340,12 @@ def _jsonl(manifest: Path, modalities: tuple[Modality, ...], media_key: str = "m
             yield exc
 
 
-def _imagefolder(root: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:
-    if not (root / HF_METADATA_FILE).is_file():
-        raise DatasetError(f"{root}: layout 'imagefolder' needs a {HF_METADATA_FILE} in the folder")
-    yield from _jsonl(root / HF_METADATA_FILE, modalities, "file_name", "text", "imagefolder")
+def _imagefolder(path: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:
+    """The folder, or its ``metadata.jsonl`` itself."""
+    manifest = path if path.is_file() else path / HF_METADATA_FILE
+    if not manifest.is_file():
+        raise DatasetError(f"{path}: layout 'imagefolder' needs a {HF_METADATA_FILE} in the folder")
+    yield from _jsonl(manifest, modalities, "file_name", "text", "imagefolder")
 
 
 def _manifest_record(root: Path, line: str, where: str, modalities: tuple[Modality, ...], media_key: str = "media",

@@ -168,6 +168,22 @@ def test_folder_link_cycle_ends(tmp_path: Path) -> None:
     assert [ref.key for ref in dataset.refs] == ["good.png"]
 
 
+def test_linked_manifest_and_archive_read_beside_their_names(tmp_path: Path, outside: Path) -> None:
+    """Not a fault case: the dataset named by a link (a manifest or an archive kept elsewhere) is
+    what the user asked for; a manifest's media are found beside the name it was given by."""
+    root = good_folder(tmp_path / "data")
+    (outside / "data.jsonl").write_text(json.dumps({"media": "good.png", "caption": "a green square"}) + "\n")
+    (root / "data.jsonl").symlink_to(outside / "data.jsonl")
+    manifest = build_images(ImageDataParams(path=str(root / "data.jsonl"), size=(16, 16)), on_bad_sample="fail")
+    assert [item["prompt"] for item in manifest] == ["a green square"]
+    with zipfile.ZipFile(outside / "set.zip", "w") as handle:
+        handle.write(outside / "secret.png", "a.png")
+        handle.writestr("a.txt", "zipped")
+    (root / "set.zip").symlink_to(outside / "set.zip")
+    archive = build_images(ImageDataParams(path=str(root / "set.zip"), size=(16, 16)), on_bad_sample="fail")
+    assert [item["prompt"] for item in archive] == ["zipped"]
+
+
 BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
     # case: (write a broken sample ``bad.*`` into the folder; words of the reason)
     "not an image": (lambda r: ((r / "bad.png").write_bytes(b"GIF89a no"), (r / "bad.txt").write_text("x")),

@@ -261,6 +261,34 @@ def test_a_symbolic_link_as_out_is_replaced_and_the_folder_it_names_is_kept(chec
     assert (tmp_path / "moved").resolve() == v1.resolve() and files(v1) == kept
 
 
+def test_a_moved_aside_export_is_kept_until_out_is_vacant_or_complete(tmp_path: Path) -> None:
+    """Killed between the swap's renames, then ``out`` made again before the next export: an empty
+    folder gets the previous export back; a folder of other files leaves it aside, complete."""
+    from cosmos_sana.checkpoint.layout import write_marker
+
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+
+    def moved_aside(name: str) -> Path:
+        aside = tmp_path / f"{name}.old-{finished.pid}-abcd"
+        aside.mkdir()
+        (aside / "weights.safetensors").write_bytes(b"previous export")
+        write_marker(aside, format="lora")
+        return aside
+
+    moved_aside("export")
+    before = files(tmp_path / f"export.old-{finished.pid}-abcd")
+    (tmp_path / "export").mkdir()  # e.g. a mkdir -p before the next export
+    assert recover_output(tmp_path / "export") == tmp_path / "export"
+    assert files(tmp_path / "export") == before and siblings(tmp_path / "export") == []
+
+    aside = moved_aside("notes")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    assert recover_output(tmp_path / "notes") is None
+    assert files(aside) == before and files(tmp_path / "notes") == {"todo.txt": b"mine"}
+
+
 def test_out_spelled_relative_or_with_dots_is_replaced_in_place(checkpoints, tmp_path: Path, monkeypatch) -> None:
     """``--out .`` inside a previous export, and ``a/../export``: the staging folder goes beside the
     export (a ``.`` has no name to build a sibling's from), and the export is replaced where it is."""

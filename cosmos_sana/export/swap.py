@@ -12,7 +12,8 @@ What a process killed at any point leaves, and what the next export (or :func:`r
 
 * during 1–2, or before the first rename of 3: ``<out>`` untouched; a stale staging folder, removed;
 * between the two renames of 3: no ``<out>``; the previous export, complete, at ``<out>.old-*`` — it is
-  renamed back to ``<out>`` (the unpublished staging folder is removed); until then it is readable there;
+  renamed back to ``<out>`` (the unpublished staging folder is removed); until then it is readable there,
+  and it stays there while ``<out>`` is something else than empty or a complete export;
 * during 4: ``<out>`` is the new export; the partly deleted ``.old-*`` (no marker) is removed.
 
 Renames are atomic because every sibling shares ``<out>``'s parent folder (one file system). Folders
@@ -89,19 +90,29 @@ def output_path(out: str | Path) -> Path:
     return path
 
 
+def _vacant(out: Path) -> bool:
+    """``out`` is missing, or an empty folder (made since an export moved the previous one aside)."""
+    if not os.path.lexists(out):
+        return True
+    return out.is_dir() and not out.is_symlink() and not any(out.iterdir())
+
+
 def recover_output(out: str | Path) -> Path | None:
     """Undo what an interrupted export of ``out`` left: a previous export moved aside comes back
-    to ``out`` (returned), staging folders and old copies are removed."""
+    to ``out`` (returned) when ``out`` is missing or empty, staging folders and old copies are
+    removed. A complete copy is kept aside while ``out`` holds something that is not a complete export."""
     out = output_path(out)
     restored = None
     olds = _leftovers(out, OLD_TAG)
-    if not os.path.lexists(out):
-        complete = [p for p in olds if is_complete(p)]
-        if complete:
-            restored = max(complete, key=lambda p: (p / COMPLETE_MARKER).stat().st_mtime)
-            os.rename(restored, out)
-            olds.remove(restored)
-            logger.warning("restored the previous export %s from %s (an export was interrupted)", out, restored.name)
+    complete = [p for p in olds if is_complete(p)]
+    if complete and _vacant(out):
+        restored = max(complete, key=lambda p: (p / COMPLETE_MARKER).stat().st_mtime)
+        os.rename(restored, out)  # replaces an empty folder in the same step
+        olds.remove(restored)
+        logger.warning("restored the previous export %s from %s (an export was interrupted)", out, restored.name)
+    elif complete and not is_complete(out):
+        olds = [p for p in olds if p not in complete]
+        logger.warning("kept %s aside: %s is not a complete export", ", ".join(p.name for p in complete), out)
     for path in olds + _leftovers(out, STAGING_TAG):
         logger.info("removing %s, left by an interrupted export", path)
         _remove(path)

@@ -98,6 +98,19 @@ def _sana_meta_parent(root: Path, outside: Path) -> Path:
     return root
 
 
+def _imagefolder_link(root: Path, outside: Path) -> Path:
+    (root / "leak.png").symlink_to(outside / "secret.png")
+    lines = [{"file_name": "good.png", "text": "a green square"}, {"file_name": "leak.png", "text": "innocent"}]
+    (root / "metadata.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return root
+
+
+def _imagefolder_parent(root: Path, outside: Path) -> Path:
+    lines = [{"file_name": "good.png", "text": "a green square"}, {"file_name": "../private/secret.png", "text": "x"}]
+    (root / "metadata.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return root
+
+
 ESCAPES: dict[str, tuple[Callable[[Path, Path], Path], str, str]] = {
     # case: (build the dataset beside ``outside``; the file the error names; words of the reason)
     "image symlink": (_image_link, "leak.png", "outside the dataset root"),
@@ -109,6 +122,8 @@ ESCAPES: dict[str, tuple[Callable[[Path, Path], Path], str, str]] = {
     "jsonl ../ path": (_jsonl_parent, "data.jsonl:2", "escapes the dataset root"),
     "jsonl absolute path": (_jsonl_absolute, "data.jsonl:2", "escapes the dataset root"),
     "sana_meta ../ name": (_sana_meta_parent, "meta_data.json[img_names][1]", "escapes the dataset root"),
+    "imagefolder media symlink": (_imagefolder_link, "leak.png", "outside the dataset root"),
+    "imagefolder ../ file_name": (_imagefolder_parent, "metadata.jsonl:2", "escapes the dataset root"),
 }
 
 

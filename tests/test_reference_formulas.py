@@ -466,10 +466,20 @@ def test_ddrl_exp_reward_matches_cosmos_rl(exp_reward, tmp_path):
         assert ours[[2, 5]].tolist() == [1.0, 1.0]
 
 
-def test_exp_reward_is_refused_outside_ddrl(tmp_path):
-    config = recipe("sana-image-grpo", tmp_path / "unused-model", tmp_path, {"custom.trainer": {"exp_reward": True}})
-    with pytest.raises(ValueError, match="custom.trainer.exp_reward = true: only DDRL"):
-        SanaFlowGRPOTrainer.check_config(config)
+@pytest.mark.parametrize(("name", "trainer", "option", "value"), [
+    ("sana-image-grpo", SanaFlowGRPOTrainer, "exp_reward", True),
+    ("sana-image-grpo", SanaFlowGRPOTrainer, "data_beta", 0.1),
+    ("sana-image-nft", SanaNFTTrainer, "kl_form", "gaussian"),
+    ("sana-image-nft", SanaNFTTrainer, "cfg_uncond_grad", "detach"),
+    ("sana-image-nft", SanaNFTTrainer, "val_max_samples", 2),
+])
+def test_options_a_trainer_does_not_use_are_refused(name, trainer, option, value, tmp_path):
+    config = recipe(name, tmp_path / "unused-model", tmp_path, {"custom.trainer": {option: value}})
+    with pytest.raises(ValueError, match=rf"^custom\.trainer\.{option}: trainer_type '\w+' does not use this option "
+                                         r"\(its options: advantage_std_ddof, "):
+        trainer.check_config(config)
+    ok = {"advantage_std_ddof": 1, "on_non_finite": "skip"}  # options every RL trainer reads
+    trainer.check_config(recipe(name, tmp_path / "unused-model", tmp_path, {"custom.trainer": ok}))
 
 
 # ============================================================== advantages

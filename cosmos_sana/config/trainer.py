@@ -8,7 +8,8 @@ ema_decay / ema_update_step_interval``, KL weight and clipping from ``[train.tra
 ``logit_std``, ``train_flow_shift``.
 
 The options below pick between forms the reference implementations use; each default is
-the form of the paper's own code (docs/algorithms.md cites the code behind each).
+the form of the paper's own code (docs/algorithms.md cites the code behind each). Each field's
+description says which trainer reads it; an RL trainer refuses one it does not read.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class RealBatches:
 
 
 class SanaDDRLTrainer(SanaFlowGRPOTrainer):
-    takes_exp_reward = True
+    trainer_options = SanaFlowGRPOTrainer.trainer_options | {"exp_reward", "data_beta", "real_batch_size"}
 
     @classmethod
     def check_config(cls, config: Any) -> None:

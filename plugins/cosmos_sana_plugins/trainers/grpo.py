@@ -24,6 +24,7 @@ from cosmos_sana_plugins.trainers.rl import RolloutBatch, SanaRLTrainer
 
 class SanaFlowGRPOTrainer(SanaRLTrainer):
     rollout_policy = "current"
+    trainer_options = SanaRLTrainer.trainer_options | {"kl_form", "cfg_uncond_grad"}
 
     @classmethod
     def check_config(cls, config: Any) -> None:

@@ -114,15 +114,17 @@ class SanaRLTrainer(SanaTrainer):
 
     rollout_policy = "current"  # NFT: "old"
     needs_old = False
-    takes_exp_reward = False  # DDRL: [custom.trainer] exp_reward
+    #: the ``[custom.trainer]`` options this trainer reads; setting any other one is refused
+    trainer_options: frozenset[str] = frozenset({"on_non_finite", "advantage_std_ddof"})
 
     @classmethod
     def check_config(cls, config: Any) -> None:
         super().check_config(config)
-        if settings_of(config).trainer.exp_reward and not cls.takes_exp_reward:
+        unread = sorted(settings_of(config).trainer.model_fields_set - cls.trainer_options)
+        if unread:
             raise ValueError(
-                f"custom.trainer.exp_reward = true: only DDRL (trainer_type sana_ddrl) has this advantage "
-                f"transform, not {cls.__name__}"
+                f"custom.trainer.{unread[0]}: trainer_type {config.train.train_policy.trainer_type!r} does not use "
+                f"this option (its options: {', '.join(sorted(cls.trainer_options))})"
             )
         best_of_n = settings_of(config).rollout.best_of_n
         if best_of_n is not None:

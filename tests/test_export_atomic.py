@@ -289,6 +289,31 @@ def test_a_moved_aside_export_is_kept_until_out_is_vacant_or_complete(tmp_path: 
     assert files(aside) == before and files(tmp_path / "notes") == {"todo.txt": b"mine"}
 
 
+def test_an_old_copy_that_cannot_be_deleted_does_not_fail_the_export(checkpoints, tmp_path: Path, monkeypatch, caplog) -> None:
+    """The new export is in place once the swap's renames are done: a failure to delete the previous
+    copy is a warning naming it, and the next export removes it."""
+    from cosmos_sana.export import swap
+
+    first, second = checkpoints
+    out = tmp_path / "export"
+    previous_export(first, out)
+    real_rmtree = shutil.rmtree
+
+    def refuse_old(path, *args, **kwargs):
+        if ".old-" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(swap.shutil, "rmtree", refuse_old)
+    assert export_checkpoint(second, out) == out
+    (aside,) = [p for p in out.parent.iterdir() if ".old-" in p.name]
+    assert f"could not delete the previous export, moved to {aside}" in caplog.text
+    assert json.loads((out / "export_manifest.json").read_text())["source_checkpoint"] == str(second.resolve())
+    monkeypatch.setattr(swap.shutil, "rmtree", real_rmtree)
+    export_checkpoint(first, out)
+    assert siblings(out) == []
+
+
 def test_out_spelled_relative_or_with_dots_is_replaced_in_place(checkpoints, tmp_path: Path, monkeypatch) -> None:
     """``--out .`` inside a previous export, and ``a/../export``: the staging folder goes beside the
     export (a ``.`` has no name to build a sibling's from), and the export is replaced where it is."""

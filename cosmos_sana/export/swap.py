@@ -130,7 +130,8 @@ def discard(staging: Path) -> None:
 
 
 def swap_in(staging: Path, out: Path) -> None:
-    """Make the complete folder ``staging`` the new ``out``; the previous ``out`` is deleted afterwards."""
+    """Make the complete folder ``staging`` the new ``out``; the previous ``out`` is deleted afterwards
+    (a copy that cannot be deleted is named in a warning and left for the next export to remove)."""
     old = None
     if os.path.lexists(out):  # a dangling link is replaced too
         old = _sibling(out, OLD_TAG)
@@ -142,4 +143,7 @@ def swap_in(staging: Path, out: Path) -> None:
             os.rename(old, out)
         raise
     if old is not None:
-        _remove(old)
+        try:
+            _remove(old)
+        except OSError as exc:  # the new export is in place: not a failed export
+            logger.warning("could not delete the previous export, moved to %s (%s)", old, exc)

@@ -469,6 +469,7 @@ def test_ddrl_exp_reward_matches_cosmos_rl(exp_reward, tmp_path):
 @pytest.mark.parametrize(("name", "trainer", "option", "value"), [
     ("sana-image-grpo", SanaFlowGRPOTrainer, "exp_reward", True),
     ("sana-image-grpo", SanaFlowGRPOTrainer, "data_beta", 0.1),
+    ("sana-image-ddrl", SanaDDRLTrainer, "kl_form", "gaussian"),
     ("sana-image-nft", SanaNFTTrainer, "kl_form", "gaussian"),
     ("sana-image-nft", SanaNFTTrainer, "cfg_uncond_grad", "detach"),
     ("sana-image-nft", SanaNFTTrainer, "val_max_samples", 2),

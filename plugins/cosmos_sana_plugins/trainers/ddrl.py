@@ -44,7 +44,8 @@ class RealBatches:
 
 
 class SanaDDRLTrainer(SanaFlowGRPOTrainer):
-    trainer_options = SanaFlowGRPOTrainer.trainer_options | {"exp_reward", "data_beta", "real_batch_size"}
+    # no KL term (kl_beta = 0), so no kl_form
+    trainer_options = (SanaFlowGRPOTrainer.trainer_options - {"kl_form"}) | {"exp_reward", "data_beta", "real_batch_size"}
 
     @classmethod
     def check_config(cls, config: Any) -> None:

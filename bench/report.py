@@ -95,10 +95,24 @@ def reward_rows(data: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def ocr_rows(data: dict[str, Any]) -> list[list[str]]:
+    """OCR read speed of each variant vs ``today`` (the program once per image), with its accuracy."""
+    variants = data["variants"]
+    base = variants[data["baseline"]]
+    return [
+        [f"OCR img/s {name} ({data.get('machine') or '?'}, {data['config']['threads']} workers)",
+         f"{_fmt(r['images_per_s'])} (|Δreward| on text {_fmt(r['mean_abs_diff_vs_today_text'], 3)}, "
+         f"exact reads kept {r['exact_reads_kept']})",
+         f"{data['baseline']} {_fmt(base['images_per_s'])}", _fmt(r["speedup_vs_today"]), ""]
+        for name, r in variants.items() if name != data["baseline"]
+    ]
+
+
 def main(folder: str) -> None:
-    """Every ``*.json`` in ``folder`` whose ``bench`` is rollout, nft_step, export or rewards, in file-name
+    """Every ``*.json`` in ``folder`` whose ``bench`` is rollout, nft_step, export, rewards or ocr, in file-name
     order; each row names its file (results from different machines sit side by side)."""
-    row_builders = {"rollout": rollout_rows, "nft_step": nft_rows, "export": export_rows, "rewards": reward_rows}
+    row_builders = {"rollout": rollout_rows, "nft_step": nft_rows, "export": export_rows, "rewards": reward_rows,
+                   "ocr": ocr_rows}
     found: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in row_builders}
     table = [["metric", "ours", "baseline", "ratio", "target", "file"]]
     for path in sorted(Path(folder).glob("*.json")):

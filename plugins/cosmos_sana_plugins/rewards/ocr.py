@@ -5,23 +5,25 @@ everything the backend reads. Both are lowercased with whitespace removed;
 distance = 0 when target ⊂ recognised, else Levenshtein(recognised, target), capped at
 len(target); reward = 1 − distance / len(target).
 
-The recognition backend is pluggable: ``backend = "tesseract"`` (pytesseract over the
-Debian ``tesseract-ocr`` engine) or ``"package.module:factory"``, where
-``factory(**backend_args)`` returns ``recognize(images: list[PIL.Image.Image]) -> list[str]``.
+The recognition backend is pluggable: ``backend = "tesseract"`` (Tesseract 5 in worker processes
+that keep the language model loaded across calls, :mod:`.tesseract_pool`; its ``backend_args`` are
+:class:`TesseractOptions`) or ``"package.module:factory"``, where ``factory(**backend_args)``
+returns ``recognize(images: list[PIL.Image.Image]) -> list[str]``.
 """
 
 from __future__ import annotations
 
 import os
-from collections import ChainMap
+import shutil
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from cosmos_sana.config.base import StrictModel
+from cosmos_sana.rewards.scorers import MediaError
 from cosmos_sana.specs import resolve
+from cosmos_sana_plugins.rewards.tesseract_pool import ReadSettings, TesseractPool, find_library
 
 Recognize = Callable[[list[Any]], list[str]]
 
@@ -66,44 +68,74 @@ def ocr_reward(recognised: str, target: str) -> float:
 
 
 def default_threads() -> int:
-    """Tesseract processes run at once: one a CPU core, at most 8."""
+    """Tesseract workers: one a CPU core, at most 8."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(8, cores))
 
 
+#: page-segmentation modes that return text (0 is orientation detection only, 2 layout only)
+TEXT_PSMS = (1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+
+
+class TesseractOptions(StrictModel):
+    """``backend_args`` of ``backend = "tesseract"``."""
+
+    lang: str = Field(default="eng", description="Tesseract language(s), e.g. 'eng' or 'eng+deu'")
+    psm: int = Field(default=3, description=f"page-segmentation mode, one of {TEXT_PSMS} (3: automatic)")
+    max_side: int | None = Field(
+        default=None, ge=32, description="downscale images whose longer side exceeds this before reading (None: never)"
+    )
+    variables: dict[str, str] = Field(default_factory=dict, description="Tesseract variables (`-c name=value`)")
+    threads: int | None = Field(default=None, ge=1, description="worker processes (default: one a core, at most 8)")
+    engine: Literal["auto", "library", "program"] = Field(
+        default="auto",
+        description="'library': libtesseract loaded once per worker; 'program': the tesseract program per image; "
+        "'auto': the library when found",
+    )
+
+    @field_validator("psm")
+    @classmethod
+    def _reads_text(cls, psm: int) -> int:
+        if psm not in TEXT_PSMS:
+            raise ValueError(f"psm must be one of {TEXT_PSMS} (modes that return text), got {psm}")
+        return psm
+
+
 class TesseractBackend:
-    """Tesseract through pytesseract, ``threads`` images at a time (one process each).
+    """Tesseract in a pool of worker processes that lives as long as this backend (see
+    :mod:`.tesseract_pool`): each worker loads the language model once, not once per image."""
 
-    Each Tesseract process runs single-threaded (``OMP_THREAD_LIMIT=1`` unless this process's environment
-    sets it): Tesseract's own OpenMP threads would otherwise oversubscribe the cores the pool fills. The
-    limit goes only to Tesseract, through the environment pytesseract hands it (its module-level
-    ``environ``); this process's environment is left as it is.
-    """
-
-    def __init__(self, lang: str = "eng", config: str = "", threads: int | None = None) -> None:
-        import pytesseract
-
-        try:
-            pytesseract.get_tesseract_version()
-        except pytesseract.TesseractNotFoundError as exc:
+    def __init__(self, **args: Any) -> None:
+        options = TesseractOptions(**args)
+        found = find_library() if options.engine != "program" else None
+        if options.engine == "library" and found is None:
+            raise RuntimeError("reward 'ocr': backend_args.engine = 'library' but libtesseract was not found "
+                               "(Debian: apt-get install libtesseract5)")
+        if found is None and shutil.which("tesseract") is None:
             raise RuntimeError(
                 "reward 'ocr': the tesseract binary is missing; install it (Debian: apt-get install tesseract-ocr "
                 "tesseract-ocr-eng) or choose another args.backend"
-            ) from exc
-        if threads is not None and threads < 1:
-            raise ValueError(f"reward 'ocr': backend_args.threads must be at least 1, got {threads}")
-        self.lang, self.config, self.threads = lang, config, threads or default_threads()
-        module = pytesseract.pytesseract
-        if not isinstance(module.environ, ChainMap):
-            module.environ = ChainMap(os.environ, {"OMP_THREAD_LIMIT": "1"})  # os.environ's value wins
-        self._pytesseract = pytesseract
-
-    def _one(self, image: Any) -> str:
-        return self._pytesseract.image_to_string(image, lang=self.lang, config=self.config)
+            )
+        library, datapath = found or (None, None)
+        self.threads = options.threads or default_threads()
+        self.settings = ReadSettings(
+            lang=options.lang, psm=options.psm, max_side=options.max_side, variables=options.variables,
+            library=library, datapath=datapath,
+        )
+        self.pool = TesseractPool(self.settings, self.threads)
 
     def __call__(self, images: list[Any]) -> list[str]:
-        with ThreadPoolExecutor(max_workers=self.threads) as pool:
-            return list(pool.map(self._one, images))
+        raw = []
+        for index, image in enumerate(images):
+            if image.width == 0 or image.height == 0:
+                raise ValueError(f"OCR: image {index} is {image.width}×{image.height} pixels")
+            rgb = image.convert("RGB")
+            raw.append((rgb.tobytes(), rgb.width, rgb.height))
+        return self.pool.read(raw)
+
+    def close(self) -> None:
+        """Stop the worker processes (a later call starts new ones)."""
+        self.pool.close()
 
 
 def make_backend(options: OcrOptions) -> Recognize:
@@ -124,6 +156,10 @@ class OcrScorer:
         self.recognize = make_backend(options)
 
     def __call__(self, media: Any, prompts: list[str], metadata: list[dict]) -> list[float]:
+        if not media.is_floating_point():
+            raise MediaError(f"OCR: media must be float in [0, 1], got dtype {media.dtype}")
+        if media.ndim != 4 or media.shape[-1] == 0 or media.shape[-2] == 0:
+            raise MediaError(f"OCR: media must be a B×C×H×W batch of non-empty images, got shape {tuple(media.shape)}")
         targets = []
         for i, prompt in enumerate(prompts):
             try:

@@ -257,3 +257,27 @@ def test_hostile_non_tensor_entry_is_refused_unloaded(tmp_path: Path) -> None:
     assert str(info.value).startswith(f"{saved / 'trainer'}: entry 'sampler' is not plain data")
     assert "io.open" in str(info.value)
     assert not marker.exists()
+
+
+@pytest.mark.fault("refused", guards_data=True)
+def test_metadata_setting_attributes_of_an_allowed_class_is_refused(converted: Path, tmp_path: Path) -> None:
+    """Restricting globals is not enough: pickle's BUILD opcode sets attributes on whatever is on the
+    stack, an allowed class included (``_str`` on ``PosixPath`` would redirect every path of the process).
+    The hostile prefix sets a harmless marker attribute on ``pathlib.PosixPath``, then the real metadata follows."""
+    import pathlib
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(converted, checkpoint)
+    file = checkpoint / "model" / ".metadata"
+    marker = b"cosmos_sana_marker"
+    prefix = (b"\x80\x02cpathlib\nPosixPath\nN}X" + len(marker).to_bytes(4, "little") + marker
+              + b"\x88s\x86b0")  # PosixPath, (None, {marker: True}), BUILD, POP
+    file.write_bytes(prefix + file.read_bytes())
+    try:
+        with pytest.raises(CheckpointError) as info:
+            read_metadata(checkpoint / "model")
+        assert not hasattr(pathlib.PosixPath, marker.decode())
+    finally:
+        if hasattr(pathlib.PosixPath, marker.decode()):
+            delattr(pathlib.PosixPath, marker.decode())
+    assert str(file) in str(info.value) and "setting attributes of the class pathlib.PosixPath" in str(info.value)

@@ -8,6 +8,7 @@ written as shards and re-sharded on load, so the rank count may change).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import io
 import math
 import pickle
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
@@ -68,8 +70,9 @@ class SafeLoadPlanner(DefaultLoadPlanner):
     """DCP's default planner, but non-tensor entries must unpickle under ``weights_only=True``.
 
     DCP stores every non-tensor value (ints, lists, strings…) as a pickle and loads
-    it with full unpickling; a tampered checkpoint could run code. Each such entry
-    is first checked with the restricted unpickler, then handed to the default path.
+    it with full unpickling; a tampered checkpoint could run code. Here each such entry
+    is unpickled once, by torch's restricted unpickler, and that result is what is stored
+    (a second, full unpickling of the same bytes could read them differently).
     A refusal names the checkpoint ``folder`` and the entry.
     """
 
@@ -79,7 +82,7 @@ class SafeLoadPlanner(DefaultLoadPlanner):
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         try:
-            torch.load(value, weights_only=True)
+            loaded = torch.load(value, weights_only=True)
         except Exception as exc:  # the restricted unpickler raises UnpicklingError or RuntimeError
             text = str(exc)
             reason = next((line.strip() for line in text.splitlines() if "Unsupported global" in line), text)
@@ -87,8 +90,11 @@ class SafeLoadPlanner(DefaultLoadPlanner):
                 f"{self.folder}: entry {read_item.dest_index.fqn!r} is not plain data "
                 f"(refused by weights_only loading: {reason})"
             ) from exc
-        value.seek(0)
-        super().load_bytes(read_item, value)
+        fqn = read_item.dest_index.fqn
+        if self.flatten_state_dict:  # where DefaultLoadPlanner.load_bytes puts the value
+            set_element(self.original_state_dict, self.mappings[fqn], loaded)
+        else:
+            self.state_dict[fqn] = loaded
 
 
 #: the only globals a DCP ``.metadata`` pickle may name: DCP's own metadata records and the
@@ -115,9 +121,19 @@ class _RefusedGlobal(pickle.UnpicklingError):
     """A pickle named a global outside the allow-list."""
 
 
-class _MetadataUnpickler(pickle.Unpickler):
+class _MetadataUnpickler(pickle._Unpickler):
     """Unpickles a DCP ``.metadata`` admitting only :data:`_METADATA_GLOBALS` and torch dtypes;
-    any other global (``os.system``, a class with a hostile ``__reduce__``…) is refused unloaded."""
+    any other global (``os.system``, a class with a hostile ``__reduce__``…) is refused unloaded.
+
+    Restricting globals alone is not enough: pickle's BUILD opcode sets attributes on whatever
+    object is on the stack, and an allowed class is such an object (``BUILD`` on ``PosixPath``
+    with ``_str`` would make every path in the process print as an attacker's path). BUILD is
+    therefore only admitted on instances of DCP's metadata dataclasses, which is all DCP writes.
+    This is pickle's pure-Python unpickler, the only one whose opcodes can be overridden;
+    a metadata file is small, so its speed does not matter.
+    """
+
+    dispatch = dict(pickle._Unpickler.dispatch)
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _METADATA_GLOBALS:
@@ -125,6 +141,18 @@ class _MetadataUnpickler(pickle.Unpickler):
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         raise _RefusedGlobal(f"global {module}.{name} is not DCP checkpoint metadata")
+
+    def load_build(self) -> None:
+        target = self.stack[-2] if len(self.stack) >= 2 else None
+        kind = type(target)
+        if not (dataclasses.is_dataclass(kind) and (kind.__module__, kind.__qualname__) in _METADATA_GLOBALS):
+            named = target if isinstance(target, type) else kind
+            what = "the class" if isinstance(target, type) else "a"
+            raise _RefusedGlobal(f"setting attributes of {what} {named.__module__}.{named.__qualname__} "
+                                 "is not DCP checkpoint metadata")
+        super().load_build()
+
+    dispatch[pickle.BUILD[0]] = load_build
 
 
 def read_metadata_file(path: str | Path) -> Metadata:

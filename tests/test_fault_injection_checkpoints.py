@@ -215,7 +215,8 @@ def test_every_dcp_read_goes_through_the_safe_reader() -> None:
     import re
 
     root = Path(__file__).resolve().parents[1]
-    risky = re.compile(r"FileSystemReader\(|pickle\.loads?\(|weights_only\s*=\s*False")
+    risky = re.compile(r"FileSystemReader\(|dcp\.load\(|pickle\.loads?\(|Unpickler\b|weights_only\s*=\s*False"
+                       r"|allow_pickle\s*=\s*True")
     found = [f"{path.relative_to(root)}:{number}"
              for folder in ("cosmos_sana", "plugins", "scripts", "bench")
              for path in sorted((root / folder).rglob("*.py")) if path.name != "dcp_io.py"

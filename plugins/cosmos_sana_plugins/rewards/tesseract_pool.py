@@ -190,7 +190,10 @@ class _Worker:
 
 def _stop(workers: list[_Worker]) -> None:
     for worker in workers:
-        worker.process.stdin.close()  # the worker's loop ends at end of input
+        try:
+            worker.process.stdin.close()  # the worker's loop ends at end of input
+        except BrokenPipeError:  # it had exited already
+            pass
     for worker in workers:
         try:
             worker.process.wait(timeout=10)
@@ -213,9 +216,12 @@ class TesseractPool:
 
     def read(self, images: list[tuple[bytes, int, int]]) -> list[str]:
         """Text of each raw RGB image ``(pixels, width, height)``, in order."""
+        if not images:
+            return []
         with self._lock:
             for worker in [w for w in self._live if w.process.poll() is not None]:
                 self._live.remove(worker)
+                _stop([worker])  # closes its pipes
             while len(self._live) < min(self.workers, max(1, len(images))):
                 self._live.append(_Worker(self.settings))
             texts: list[Any] = [None] * len(images)

@@ -202,9 +202,10 @@ def validate_sft(config: Any, trainer: Any, dataset: Any, step: int, total: int,
     if not (val.enable and due):
         return
     size = val.batch_size or config.train.train_batch_per_replica
+    packer = trainer.val_data_packer
     for start in range(0, len(dataset), size):
-        items = [trainer.val_data_packer.sft_process_sample(dataset[i]) for i in range(start, min(start + size, len(dataset)))]
-        trainer.step_validation(items, step, total)
+        indices = range(start, min(start + size, len(dataset)))
+        trainer.step_validation([packer.sft_process_sample(dataset[i]) for i in indices], step, total)
 
 
 def run_sft(config: Any, trainer: Any, dataset: Any, total: int) -> list[dict[str, Any]]:
@@ -213,10 +214,12 @@ def run_sft(config: Any, trainer: Any, dataset: Any, total: int) -> list[dict[st
     save_freq = config.train.ckpt.save_freq
     step, reports = trainer.train_step, []
     validate_sft(config, trainer, val_dataset, step, total, last=False)
-    for epoch in range(step // per_epoch, config.train.epoch):
+    first_epoch = step // per_epoch
+    for epoch in range(first_epoch, config.train.epoch):
         if step >= total:
             break
-        for batch in sft_batches(config, dataset, trainer.data_packer, epoch, step % per_epoch if epoch == step // per_epoch else 0):
+        skip = step % per_epoch if epoch == first_epoch else 0  # a resume mid-epoch
+        for batch in sft_batches(config, dataset, trainer.data_packer, epoch, skip):
             reports.append(trainer.step_training(batch, total_steps=total, train_step=step, save_freq=save_freq))
             step += 1
             if step >= total:

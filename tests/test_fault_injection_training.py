@@ -81,16 +81,21 @@ def test_skip_drops_the_update_counts_it_and_training_goes_on(
 
 
 @pytest.mark.fault("refused", guards_data=True)
-def test_infinite_gradient_names_the_parameter(tiny_image_pipeline_dir: Path, tmp_path: Path, cosmos_registries) -> None:
-    """The loss is finite; one parameter's gradient is made infinite by a hook (the injected fault)."""
+@pytest.mark.parametrize("bad", ["inf", "nan"])
+def test_non_finite_gradient_names_the_parameter(
+    tiny_image_pipeline_dir: Path, tmp_path: Path, cosmos_registries, bad: str
+) -> None:
+    """The loss is finite; the last trainable parameter's gradient is made infinite or NaN by a hook
+    (the injected fault). Gradient clipping multiplies every gradient by ``max_norm / norm``, which is
+    NaN when the norm is: the parameter must be found before that, or the first of all would be named."""
     trainer, rollout = grpo(tmp_path, tiny_image_pipeline_dir)
-    name, param = next((n, p) for n, p in trainer.model.transformer.named_parameters() if p.requires_grad)
-    param.register_hook(lambda grad: grad * float("inf"))
+    name, param = [(n, p) for n, p in trainer.model.transformer.named_parameters() if p.requires_grad][-1]
+    param.register_hook(lambda grad: grad * float(bad))
     before = weights(trainer)
     with pytest.raises(NonFiniteStep) as info:
         trainer.step_training(scored_rollouts(rollout, PROMPTS, bright), current_step=1, total_steps=2)
     message = str(info.value)
-    assert message.startswith("step 1: non-finite gradients") and f"first in {name!r}" in message
+    assert message.startswith(f"step 1: non-finite gradients (total norm {bad}, first in {name!r})"), message
     assert "loss term" not in message
     assert unchanged(before, trainer)
 
@@ -202,3 +207,20 @@ def test_ranks_agree_on_a_non_finite_step(tmp_path: Path) -> None:
     assert [r["any"] for r in lines] == [True, True]
     assert lines[0]["problem"] == "non-finite loss term 'loss' (on another rank)"
     assert lines[1]["problem"] == "non-finite loss term 'loss' = nan (summed over this rank's samples)"
+
+
+@pytest.mark.parametrize("clip", [0.5, 0.0])
+def test_optimizer_step_clips_to_the_norm_it_checked(
+    tiny_image_pipeline_dir: Path, tmp_path: Path, cosmos_registries, clip: float
+) -> None:
+    """Not a fault case: the norm is taken before clipping, and the gradients the optimizer sees are
+    scaled to ``optm_grad_norm_clip`` (untouched with 0)."""
+    trainer, _ = grpo(tmp_path, tiny_image_pipeline_dir, **{"train.optm_grad_norm_clip": clip})
+    params = trainer.trainable_params
+    for param in params:
+        param.grad = torch.full_like(param, 3.0)
+    expected = 3.0 * math.sqrt(sum(p.numel() for p in params))
+    seen: list[float] = []
+    trainer.optimizers.step = lambda: seen.append(float(torch.stack([p.grad.norm() for p in params]).norm()))
+    assert trainer.optimizer_step(step=1) == pytest.approx(expected, rel=1e-5)
+    assert seen == [pytest.approx(clip if clip > 0 else expected, rel=1e-4)]

@@ -127,10 +127,14 @@ class SanaTrainer(Trainer):
             from cosmos_rl.utils.distributed import gradient_reduce_across_dp_replicas_
 
             gradient_reduce_across_dp_replicas_(params, inter_policy_nccl)
-        clip = self.config.train.optm_grad_norm_clip
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"), foreach=True)
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        # the norm is checked before clipping: clipping scales every gradient by max_norm / norm,
+        # which is NaN for a NaN norm, and the parameter whose gradient was bad could not be named
+        sharded_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], foreach=True)
+        norm = sharded_norm.full_tensor() if hasattr(sharded_norm, "full_tensor") else sharded_norm
         problem = non_finite_problem(norm, losses or {}, self.model.transformer.named_parameters())
+        clip = self.config.train.optm_grad_norm_clip
+        if problem is None and clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, clip, sharded_norm, foreach=True)
         if problem is not None:
             self.optimizers.zero_grad()
             if self.settings.trainer.on_non_finite == "stop":

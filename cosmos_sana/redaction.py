@@ -11,8 +11,10 @@ Secrets are:
   the same services (``AWS_PROFILE=default``, ``NGC_CLI_ORG=nvidia``,
   ``TOKENIZERS_PARALLELISM=false``) and ``…_PATH``/``…_FILE``/``…_DIR`` locations are not;
 * string values of config keys that name a secret (``hf_token``, ``wandb_api_key``);
-* text shaped like a well-known access token (``hf_…``, ``ghp_…``, ``nvapi-…``, ``AKIA…``),
-  wherever it appears.
+* text shaped like a well-known access token (``hf_…``, ``ghp_…``, ``nvapi-…``, ``sk-…``,
+  ``AKIA…``/``ASIA…``), wherever it appears;
+* the password of a URL (``https://user:PASSWORD@host``, ``REMOTE_REWARD_ENQUEUE_URL``,
+  ``HTTPS_PROXY``), wherever it appears; the user name stays.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ SECRET_KEY = re.compile(
     r"(^|_)(token|api_key|apikey|secret|secret_key|access_key|private_key|password|passwd|credentials?)$",
     re.IGNORECASE,
 )
-#: access tokens recognisable by their shape (Hugging Face, GitHub, NVIDIA NGC, AWS access key id)
+#: access tokens recognisable by their shape (Hugging Face, GitHub, NVIDIA NGC, OpenAI-style ``sk-``,
+#: AWS long-term and temporary access key ids)
 TOKEN_SHAPES = re.compile(
     r"\b(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
-    r"|nvapi-[A-Za-z0-9_-]{30,}|AKIA[0-9A-Z]{16})\b"
+    r"|nvapi-[A-Za-z0-9_-]{30,}|sk-[A-Za-z0-9_-]{30,}|(AKIA|ASIA)[0-9A-Z]{16})\b"
 )
+#: the password of a URL's ``user:password@`` part (group 1 keeps the scheme and user)
+URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+@")
 MASK = "***"
 MIN_SECRET_LEN = 8  # shorter values are not credentials and would mask ordinary words
 
@@ -82,7 +87,7 @@ def redact_text(text: str, environ: Mapping[str, str] | None = None, extra: Iter
     values = set(secret_values(environ)) | {v for v in extra if len(v) >= MIN_SECRET_LEN}
     for value in sorted(values, key=len, reverse=True):
         text = text.replace(value, MASK)
-    return TOKEN_SHAPES.sub(MASK, text)
+    return URL_PASSWORD.sub(rf"\g<1>{MASK}@", TOKEN_SHAPES.sub(MASK, text))
 
 
 def redact(obj: Any, environ: Mapping[str, str] | None = None) -> Any:

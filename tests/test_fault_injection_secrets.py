@@ -174,3 +174,26 @@ def test_launcher_dry_run_resolves_exactly_with_service_variables_set(
     assert resolved["custom"]["data"]["args"]["path"] == "builtin:demo"
     log = next((run_dir / "logs").glob("*.log")).read_text()
     assert all(secret not in log + result.stdout + result.stderr for secret in SECRET_ENV.values())
+
+
+URL_SECRETS = {
+    # text shown: what it must become (the password masked, scheme, user, host and path kept)
+    "https://alice:s3cr3t-pw@hub.example.com/api": f"https://alice:{MASK}@hub.example.com/api",
+    "proxy http://me:pa%40ss@proxy:3128 refused": f"proxy http://me:{MASK}@proxy:3128 refused",
+    "postgres://db:hunter2@10.0.0.1:5432/runs": f"postgres://db:{MASK}@10.0.0.1:5432/runs",
+    "sk-" + "a" * 40: MASK,
+    "ASIA" + "B" * 16: MASK,
+}
+
+
+@pytest.mark.fault("contained")
+@pytest.mark.parametrize("text", sorted(URL_SECRETS))
+def test_url_passwords_and_token_shapes_are_masked_without_the_environment(text: str) -> None:
+    assert redact_text(text, environ={}) == URL_SECRETS[text]
+
+
+@pytest.mark.parametrize("text", ["http://127.0.0.1:8080/api/reward/pull", "git+ssh://git@github.com/org/repo",
+                                  "ftp://anonymous@host/file", "time 12:30@site"])
+def test_urls_without_a_password_are_shown_as_given(text: str) -> None:
+    """Not a fault case: a port, a user alone or a clock time is no password."""
+    assert redact_text(text, environ={}) == text

@@ -38,22 +38,23 @@ def nft(tiny_image_pipeline_dir, tmp_path_factory, cosmos_registries):
     return config, build_trainer(config)
 
 
-def generate(rollout, version: int, is_validation: bool = False):
-    return rollout.rollout_generation(payloads(PROMPTS), None, None, None, is_validation=is_validation,
-                                      current_weight_version=version)
+def generate(rollout, trainer, completed_steps: int, is_validation: bool = False):
+    trainer.policies.completed_steps = completed_steps  # what the trainer's steps and its resume set
+    return rollout.rollout_generation(payloads(PROMPTS), None, None, None, is_validation=is_validation)
 
 
 def test_a_step_samples_the_same_whatever_ran_before_it(nft):
-    """Step 4 (weight version 3) of a fresh rollout — a resumed run — equals step 4 of a rollout that
-    sampled steps 1–3 and a validation round first; before, the resumed run reused step 1's seeds."""
+    """Step 4 (3 steps completed) of a fresh rollout — a resumed run — equals step 4 of a rollout that
+    sampled steps 1–3 (step 2 in two calls) and a validation round first; before, the resumed run
+    reused step 1's seeds."""
     config, trainer = nft
     ran_through = build_rollout(config, trainer.model)
-    first = generate(ran_through, 0)
-    for version in (1, 2):
-        generate(ran_through, version)
-    generate(ran_through, 2, is_validation=True)
-    expected = generate(ran_through, 3)
-    resumed = generate(build_rollout(config, trainer.model), 3)
+    first = generate(ran_through, trainer, 0)
+    for completed in (1, 1, 2):
+        generate(ran_through, trainer, completed)
+    generate(ran_through, trainer, 2, is_validation=True)
+    expected = generate(ran_through, trainer, 3)
+    resumed = generate(build_rollout(config, trainer.model), trainer, 3)
     for a, b in zip(expected, resumed):
         assert torch.equal(a.extra_info["seeds"], b.extra_info["seeds"])
         assert torch.equal(a.extra_info["x0"], b.extra_info["x0"])
@@ -65,7 +66,7 @@ def test_a_step_samples_the_same_whatever_ran_before_it(nft):
 def test_validation_seeds_repeat_every_round(nft):
     config, trainer = nft
     rollout = build_rollout(config, trainer.model)
-    one, two = generate(rollout, 1, is_validation=True), generate(rollout, 5, is_validation=True)
+    one, two = generate(rollout, trainer, 1, is_validation=True), generate(rollout, trainer, 5, is_validation=True)
     assert [r.extra_info["seeds"].tolist() for r in one] == [r.extra_info["seeds"].tolist() for r in two]
 
 

@@ -38,6 +38,8 @@ class RLPolicies:
 
     ``rollout_policy`` is ``"old"`` (Diffusion-NFT samples with the old policy) or ``"current"``.
     ``version`` counts changes of the rollout policy's weights (caches of merged copies key on it).
+    ``completed_steps`` is the trainer's count of finished training steps (restored on resume): the
+    colocated rollout derives its sampling seeds from it.
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class RLPolicies:
         self.rollout_policy = rollout_policy
         self._evaluation_weights = evaluation_weights or contextlib.nullcontext
         self.version = 0
+        self.completed_steps = 0
         self.is_lora = bool(model.lora_names)
         self.keep_old, self.keep_reference = keep_old, keep_reference
         self.old: torch.nn.Module | None = None

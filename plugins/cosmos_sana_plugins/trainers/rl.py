@@ -172,6 +172,7 @@ class SanaRLTrainer(SanaTrainer):
     def weight_resume(self) -> dict[str, Any]:
         """cosmos-rl's colocated start: resume from DCP when ``train.resume`` asks for it."""
         info = self.model_resume_from_checkpoint()
+        self.policies.completed_steps = self.train_step
         self.model.transformer.train()
         return info
 
@@ -231,7 +232,7 @@ class SanaRLTrainer(SanaTrainer):
         loss_max = float(torch.stack(losses_seen).max())
         self.after_training_step(current_step)
         self.lr_schedulers.step()
-        self.train_step = current_step
+        self.train_step = self.policies.completed_steps = current_step
         replicas = self.config.policy.parallelism.n_init_replicas
         self.consumed_prompts += len(rollouts) // self.config.rollout.n_generation * replicas
         report = {f"train/{name}": float(total) / count for name, total in sums.items()}

@@ -12,11 +12,12 @@ samplers, ``trajectory`` (every latent) and ``log_probs`` (per step). It sets
 ``completion_trainable`` — without it cosmos-rl drops ``extra_info`` on the way to the trainer.
 
 Sampling seeds are derived, not drawn from a running generator (:mod:`cosmos_sana.seeds`): the
-``k``-th sample generated for a step is seeded by ``(train.seed, rank, weight version, k)``, where
-the weight version is the number of completed training steps cosmos-rl passes in
-(``current_weight_version``). A resumed run therefore samples step ``N`` exactly as the
-uninterrupted run did, and validation (seeded by ``(train.seed, prompt index, j)``, the same
-every round) never shifts the training seeds.
+``k``-th sample generated for a step is seeded by ``(train.seed, rank, completed steps, k)``. The
+completed steps are the colocated trainer's count (``model.rl_policies.completed_steps``, restored
+with its checkpoint; cosmos-rl's ``current_weight_version`` advances only every
+``train.sync_weight_interval`` steps, so it serves only rollouts without a trainer). A resumed run
+therefore samples step ``N`` exactly as the uninterrupted run did, and validation (seeded by
+``(train.seed, prompt index, j)``, the same every round) never shifts the training seeds.
 
 With ``[custom.reward_runtime] mode = "async"`` (the default) every sampled chunk is
 submitted for scoring at once and each payload's prompt is tagged with its samples' ids
@@ -86,8 +87,8 @@ class SanaRollout(RolloutBase):
         self.model: Any = None
         self._base_seed = self.config.train.seed or 0
         self._rank = int(os.environ.get("RANK", 0))
-        self._weight_version: int | None = None  # the step the seeds drawn so far belong to
-        self._drawn = 0  # samples seeded since the weight version last changed
+        self._seed_step: int | None = None  # the completed-step count the seeds drawn so far belong to
+        self._drawn = 0  # samples seeded since that count last changed
         self._best_of_n: BestOfNSampler | None = None
         self._merged: dict[str, MergedTransformer] = {}
         self._fast: Any = None  # fast_denoise.FastModel when [custom.rollout.speed] is on
@@ -144,17 +145,22 @@ class SanaRollout(RolloutBase):
         """``view`` sampled through the speed features' ``FastModel``, when on."""
         return contextlib.nullcontext(view) if self._fast is None else self._fast.using(view)
 
-    def _start_seeds(self, weight_version: int | None) -> None:
-        """Seeds of a new weight version (training step) count from 0 again; without a
-        version (callers outside cosmos-rl's loop) the count just goes on."""
-        if weight_version is not None and weight_version != self._weight_version:
-            self._weight_version, self._drawn = int(weight_version), 0
+    def _completed_steps(self, weight_version: int | None) -> int | None:
+        """Training steps behind this generation: the colocated trainer's count, else cosmos-rl's
+        ``current_weight_version``, else None (callers outside a training loop)."""
+        policies = getattr(self.model, "rl_policies", None)
+        return policies.completed_steps if policies is not None else weight_version
+
+    def _start_seeds(self, step: int | None) -> None:
+        """Seeds of a new step count from 0 again; without a step the count just goes on."""
+        if step is not None and step != self._seed_step:
+            self._seed_step, self._drawn = int(step), 0
 
     def _draw_seeds(self, count: int) -> list[int]:
-        """The next ``count`` training seeds of the current weight version."""
+        """The next ``count`` training seeds of the current step."""
         first, self._drawn = self._drawn, self._drawn + count
-        version = -1 if self._weight_version is None else self._weight_version
-        return [derive_seed(self._base_seed, "rollout", self._rank, version, k) for k in range(first, first + count)]
+        step = -1 if self._seed_step is None else self._seed_step
+        return [derive_seed(self._base_seed, "rollout", self._rank, step, k) for k in range(first, first + count)]
 
     def _validation_seeds(self, payloads: list[Any], n: int) -> list[int]:
         """Per validation prompt the same ``n`` seeds every round (comparable across steps)."""
@@ -192,7 +198,7 @@ class SanaRollout(RolloutBase):
             raise RuntimeError("rollout has no model: cosmos-rl's colocated loop must set_underlying_model first")
         started = STEP_CLOCK.now()
         if not is_validation:
-            self._start_seeds(kwargs.get("current_weight_version"))
+            self._start_seeds(self._completed_steps(kwargs.get("current_weight_version")))
         n = self.config.validation.n_generation if is_validation else self.config.rollout.n_generation
         items = [prompt_item(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
         prompts, metadata = [t for t, _ in items], [m for _, m in items]

@@ -13,7 +13,9 @@ import pytest
 import torch
 from fixtures_trainers import build_rollout, build_trainer, payloads, recipe
 
+from cosmos_sana.checkpoint import CheckpointError, save_checkpoint
 from cosmos_sana.checkpoint.compare import compare_checkpoints
+from cosmos_sana.checkpoint.training import changed_settings
 from cosmos_sana.checkpoint.dcp_io import load_state, save_state
 from cosmos_sana.seeds import derive_seed
 from cosmos_sana_plugins.trainers.base import SanaTrainer
@@ -107,8 +109,6 @@ def test_ddrl_real_data_continues_from_a_saved_position(tmp_path):
 
 
 def test_compare_reports_the_largest_difference_per_adapter_and_part(tmp_path):
-    from cosmos_sana.checkpoint import save_checkpoint
-
     def parts(delta: float) -> dict:
         return {
             "model": {"blocks.0.to_q.lora_A.default.weight": torch.ones(2, 2),
@@ -127,3 +127,17 @@ def test_compare_reports_the_largest_difference_per_adapter_and_part(tmp_path):
     assert groups["model/lora_old"] == {"entries": 1, "differing": 1, "max_abs_diff": 0.25, "bit_identical": False}
     assert groups["trainer"]["bit_identical"] and groups["trainer"]["entries"] == 2
     json.dumps(report)  # what the script prints
+
+
+def test_a_resume_names_the_settings_that_differ_from_the_checkpointed_run(tmp_path):
+    written = {"train": {"output_dir": "/runs/a/1", "timestamp": "1", "resume": False, "optm_lr": 1e-3},
+               "custom": {"data": {"name": "prompts"}}}
+    path = save_checkpoint(tmp_path, 3, {"trainer": {"step": torch.tensor(3)}}, config=written)
+    same_run = {"train": {"output_dir": "/runs/a/2", "timestamp": "2", "resume": True, "optm_lr": 1e-3},
+                "custom": {"data": {"name": "prompts"}}}
+    assert changed_settings(path, same_run) == []
+    other = {"train": {**same_run["train"], "optm_lr": 2e-3}, "custom": {"data": {"name": "prompts", "extra": 1}}}
+    assert changed_settings(path, other) == ["custom.data.extra", "train.optm_lr"]
+    (path / "run_config.json").unlink()
+    with pytest.raises(CheckpointError, match="run_config.json"):
+        changed_settings(path, same_run)

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from cosmos_sana.checkpoint import list_checkpoints
+from cosmos_sana.checkpoint.training import changed_settings
 from cosmos_sana.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,6 +99,10 @@ def check_resume_is_exact(recipe: str, pipeline: Path, tmp_path: Path, capsys, e
     assert (summary["first_step"], summary["last_step"], summary["steps_run"]) == (KILL_AFTER + 1, STEPS, STEPS - KILL_AFTER)
     resumed_log = Path(summary["output_dir"]) / "logs" / "metrics.jsonl"
     assert [json.loads(line)["step"] for line in resumed_log.read_text().splitlines()] == [4, 5, 6]  # no replay
+
+    resumed_from = next(cut.glob(f"*/checkpoints/iter_{KILL_AFTER:09d}"))
+    resumed_config = json.loads((Path(summary["checkpoint"]) / "run_config.json").read_text())
+    assert changed_settings(resumed_from, resumed_config) == []  # the resume warned of no setting
 
     assert compare_script().main([str(full), str(cut)]) == 0
     report = json.loads(capsys.readouterr().out)

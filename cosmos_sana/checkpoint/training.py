@@ -90,6 +90,35 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
+#: settings that differ between the run that wrote a checkpoint and its continuation by design
+RUN_IDENTITY_KEYS = frozenset({"train.output_dir", "train.timestamp", "train.resume"})
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping):
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): node}
+
+
+def changed_settings(checkpoint: str | Path, config: Any) -> list[str]:
+    """Dotted keys whose value in ``config`` differs from the resolved config of the run that wrote
+    ``checkpoint`` (its ``run_config.json``), run identity (output folder, timestamp, resume) aside.
+    A continuation with any of them is not the run the checkpoint belongs to."""
+    path = Path(checkpoint) / RUN_CONFIG_FILE
+    try:
+        stored = _flatten(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing (not a cosmos-sana training checkpoint)") from None
+    current = _flatten(config_dict(config))
+    return sorted(
+        key for key in set(stored) | set(current)
+        if key not in RUN_IDENTITY_KEYS and stored.get(key) != current.get(key)
+    )
+
+
 def package_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -238,6 +238,7 @@ class SanaTrainer(Trainer):
         which the RL worker posts to the controller.
         """
         from cosmos_sana.checkpoint import load_checkpoint, resolve_resume, runs_root
+        from cosmos_sana.checkpoint.training import changed_settings
 
         path = resolve_resume(self.config.train.resume, runs_root(self.output_dir, self.config.train.timestamp))
         if path is None:
@@ -247,6 +248,12 @@ class SanaTrainer(Trainer):
             self.lr_schedulers = self.build_lr_schedulers()
             parts["scheduler"] = self.lr_schedulers
         load_checkpoint(path, parts)
+        changed = changed_settings(path, self.config)
+        if changed:
+            logger.warning(
+                "resuming from %s with settings that differ from the run that wrote it (%s): the "
+                "continuation will not match that run", path, ", ".join(changed),
+            )
         state = {name: int(value) for name, value in parts["trainer"].items()}
         self.train_step, self.optimizer_updates = state["step"], state["optimizer_updates"]
         self.remain_samples_num, self.consumed_prompts = state["remain_samples_num"], state["consumed_prompts"]

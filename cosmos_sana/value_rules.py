@@ -2,8 +2,8 @@
 
 cosmos-rl types its fields (``int``, ``float``) without bounds, so ``epoch = 0``, ``optm_lr = nan``
 or ``mini_batch = 0`` validate and then fail late, silently, or with a raw ``ZeroDivisionError``.
-:func:`value_issues` checks a raw TOML dict against :data:`RULES` (one key each) and the rules that
-relate several keys, and reports every problem at once, each with its key path.
+:func:`rule_issues` checks a raw TOML dict against :data:`RULES` (one key each) and nan/inf anywhere,
+:func:`relation_issues` the rules that relate several keys; every problem is reported with its key path.
 """
 
 from __future__ import annotations
@@ -88,13 +88,12 @@ class Rule:
     key: str
     test: Callable[[Any], bool]
     requirement: str
-    optional: bool = False  # None (cosmos-rl's "unset") is allowed
 
 
 RULES: tuple[Rule, ...] = (
     Rule("redis", redis_port, 'must be a port number 1-65535 as a string, e.g. "12800" ("" picks one)'),
     Rule("train.epoch", positive_int, "must be an integer >= 1"),
-    Rule("train.max_num_steps", positive_int, "must be an integer >= 1 (or unset)", optional=True),
+    Rule("train.max_num_steps", positive_int, "must be an integer >= 1 (or unset)"),
     Rule("train.train_batch_per_replica", positive_int, "must be an integer >= 1"),
     Rule("train.optm_lr", learning_rate, "must be a finite learning rate >= 0"),
     Rule("train.optm_warmup_steps", lambda v: _is_number(v) and v >= 0, "must be >= 0"),
@@ -103,8 +102,8 @@ RULES: tuple[Rule, ...] = (
     Rule("train.ckpt.max_keep", keep_count, "must be an integer >= 1, or -1 to keep every checkpoint"),
     Rule("rollout.batch_size", positive_int, "must be an integer >= 1"),
     Rule("rollout.n_generation", positive_int, "must be an integer >= 1"),
-    Rule("rollout.n_generation_mini_batch", positive_int, "must be an integer >= 1 (or unset)", optional=True),
-    Rule("validation.batch_size", positive_int, "must be an integer >= 1 (or unset)", optional=True),
+    Rule("rollout.n_generation_mini_batch", positive_int, "must be an integer >= 1 (or unset)"),
+    Rule("validation.batch_size", positive_int, "must be an integer >= 1 (or unset)"),
     Rule("validation.freq", positive_int, "must be an integer >= 1"),
     Rule("validation.n_generation", positive_int, "must be an integer >= 1"),
     Rule("policy.lora.r", positive_int, "must be an integer >= 1 (the LoRA rank)"),
@@ -138,7 +137,7 @@ def rule_issues(data: dict[str, Any]) -> list[tuple[str, str]]:
     flagged = {path for path, _ in found}
     for rule in RULES:
         value = lookup(data, rule.key)
-        if value is MISSING or (rule.optional and value is None) or rule.key in flagged:
+        if value is MISSING or rule.key in flagged:
             continue
         if not rule.test(value):
             found.append((rule.key, f"{value!r}: {rule.requirement}"))

@@ -151,3 +151,19 @@ def test_run_names_an_unknown_override_key(capsys):
 def test_run_names_a_missing_recipe(capsys):
     assert main(["run", "toml/tiny/nope.toml", "--local"]) == 2
     assert "nope.toml" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("torch_single_thread")
+@pytest.mark.parametrize("recipe", ["toml/tiny/sana-video-nft.toml", "toml/tiny/sana-video-sft-lora.toml"])
+def test_run_local_trains_video_recipes(recipe, tiny_video_pipeline_dir, tmp_path, capsys):
+    from test_trainer_sft import video_folder
+
+    clips = json.dumps(str(video_folder(tmp_path / "clips")))
+    extra = [f"custom.data.args.path={clips}", f"custom.val_data.args.path={clips}", "train.train_batch_per_replica=2",
+             "validation.enable=false"] if "sft" in recipe else ["policy.diffusers.sample.num_steps=2"]
+    args = run_args(recipe, tiny_video_pipeline_dir, tmp_path / "out", [*extra, "train.max_num_steps=2", "train.ckpt.save_freq=2"])
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["first_step"], summary["last_step"], summary["steps_run"]) == (1, 2, 2)
+    assert summary["checkpoint"].endswith("iter_000000002")
+    assert (Path(summary["output_dir"]) / "logs" / "metrics.jsonl").read_text().count("\n") == 2

@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from cosmos_sana.config.best_of_n import BestOfNOptions
+from cosmos_sana.log import get_logger
 from cosmos_sana_plugins.sana.sampling import SampleOutput, SamplerSettings, Trajectory, generators_for, sample
 from cosmos_sana_plugins.sana.text import TextConditioning
 from cosmos_sana_plugins.trainers.losses import auto_rollout_batch_size, best_and_worst
 from cosmos_sana_plugins.trainers.policies import TransformerView
+
+logger = get_logger(__name__)
 
 #: minimum CUDA compute capability per low-precision preview
 _CAPABILITY = {"fp8": (8, 9), "nvfp4": (10, 0)}
@@ -202,15 +206,35 @@ class BestOfNSampler:
         n_drafts, num_prompts = self.options.num_drafts, len(prompts)
         seeds = draw_seeds(num_prompts * n_drafts)
         draft_settings = dataclasses.replace(settings, num_steps=self.options.preview_steps, sampler="ode", eta=0.0)
+        started = _synchronized_clock()
         drafts = sample_in_chunks(preview, text.repeat_interleave(n_drafts), seeds, draft_settings, self.chunk)
+        drafted = _synchronized_clock()
         scores = torch.as_tensor(
             list(self.score(drafts.media, [p for p in prompts for _ in range(n_drafts)],
                             [m for m in metadata for _ in range(n_drafts)])),
             dtype=torch.float64,
         ).reshape(num_prompts, n_drafts)
         kept = [seeds[i * n_drafts + j] for i in range(num_prompts) for j in best_and_worst(scores[i], self.keep).tolist()]
+        scored = _synchronized_clock()
         output = sample_in_chunks(full, text.repeat_interleave(self.keep), kept, settings, self.chunk, on_chunk)
+        finished = _synchronized_clock()
+        n_drafted, n_full = num_prompts * n_drafts, num_prompts * self.keep
+        logger.info(
+            "best-of-n: %d drafts at %d steps on %s in %.2f s (%.2f img/s), scored in %.2f s; "
+            "%d full rollouts at %d steps on %s in %.2f s (%.2f img/s, with their scoring callbacks)",
+            n_drafted, draft_settings.num_steps, self.options.preview_model, drafted - started,
+            n_drafted / max(drafted - started, 1e-9), scored - drafted,
+            n_full, settings.num_steps, self.options.fullrollout_model, finished - scored,
+            n_full / max(finished - scored, 1e-9),
+        )
         return output, kept, scores
+
+
+def _synchronized_clock() -> float:
+    """Wall time after the GPU's queued work is done (sampling is asynchronous on CUDA)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 def transformer_for(kind: str, model_view: Any, merged: MergedTransformer | None) -> Any:

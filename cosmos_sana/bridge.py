@@ -13,10 +13,12 @@ entry does not forward ``resume_adapter``).
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from cosmos_sana.checkpoint.controller_resume import controller_resume_kwargs
 from cosmos_sana.compat import cosmos_rl as upstream
+from cosmos_sana.compat.autoload import INTERPRETER_STARTED
 from cosmos_sana.log import get_logger
 from cosmos_sana.plugin_manager import PluginRegistry, installed_plugins
 from cosmos_sana.runtime import data_packer_factory, dataset_factory, reward_fns_factory
@@ -54,8 +56,9 @@ def main() -> Any:
     upstream.register_all(registry)
     role = os.environ.get("COSMOS_ROLE", "<none>")
     logger.info(
-        "cosmos-sana bridge active in role %s; registered with cosmos-rl: %s",
+        "cosmos-sana bridge active in role %s (%.1f s after interpreter start); registered with cosmos-rl: %s",
         role,
+        time.monotonic() - INTERPRETER_STARTED,
         "; ".join(f"{kind}s={registry.names(kind)}" for kind in ("model", "trainer", "rollout")),
     )
     if role == "Controller":

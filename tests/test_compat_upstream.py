@@ -288,3 +288,55 @@ def test_reward_fns_get_the_tagged_prompt_and_the_completions_own_rows(grouped):
     assert all(prompt["cosmos_sana_sample_ids"] == ["a", "b"] for _, prompt in seen)
     given = list(seen[0][0]) if grouped else [completion for completion, _ in seen]
     assert [c.data_ptr() for c in given] == [row.data_ptr() for row in completions]
+
+
+@pytest.mark.parametrize("package", autoload.DEFERRED_PACKAGES)
+def test_deferred_package_bodies_only_import_and_define(package):
+    """Why ``defer_cosmos_rl_package_bodies`` changes nothing but when imports happen: these package
+    bodies import modules and define names, and register nothing themselves."""
+    import ast
+
+    body = ast.parse(Path(importlib.util.find_spec(package).origin).read_text()).body
+    allowed = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.If)
+    assert all(isinstance(node, allowed) for node in body), [ast.dump(n)[:80] for n in body if not isinstance(n, allowed)]
+    for node in body:
+        if isinstance(node, ast.Assign):
+            assert [target.id for target in node.targets] == ["__all__"]
+        if isinstance(node, ast.If):
+            assert ast.unparse(node.test) == "__name__ == '__main__'"
+
+
+def test_launch_only_processes_start_what_autoload_recognises():
+    """The torchrun wrapper needs one constant module at import; the replica script starts it with
+    ``python -m`` (the form :func:`autoload.activate` recognises); the launcher's imports are plain
+    module imports, whose package bodies the deferral leaves for later."""
+    import ast
+
+    wrapper = Path(importlib.util.find_spec(autoload.TORCHRUN_WRAPPER_MODULE).origin).read_text()
+    top = [node for node in ast.parse(wrapper).body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert [ast.unparse(node) for node in top] == [
+        "from cosmos_rl.utils.transport_failure import FATAL_TRANSPORT_EXIT_CODE"
+    ]
+    replica = (Path(importlib.util.find_spec("cosmos_rl.launcher").origin).parent / "launch_replica.sh").read_text()
+    assert f"LAUNCH_CMD=(python -m {autoload.TORCHRUN_WRAPPER_MODULE})" in replica
+
+
+def test_policy_shutdown_ends_with_a_blind_15_s_sleep():
+    """Why ``patch_shutdown_sleep`` exists: ``RLPolicyWorker.handle_shutdown`` joins the worker's
+    threads, then sleeps a fixed 15 s (through its module's ``time``) as its last statement."""
+    import ast
+    import textwrap
+    import time
+
+    import cosmos_rl.policy.worker.rl_worker as rl_worker
+
+    assert rl_worker.time is time
+    upstream = getattr(rl_worker.RLPolicyWorker.handle_shutdown, "__wrapped__", rl_worker.RLPolicyWorker.handle_shutdown)
+    source = textwrap.dedent(inspect.getsource(upstream))
+    assert source.count("time.sleep(") == 1
+    guarded = ast.parse(source).body[0].body[-1]  # `if not hasattr(self, "_handle_shutdown_called"):`
+    assert ast.unparse(guarded.body[-1]) == f"time.sleep({compat.UPSTREAM_SHUTDOWN_SLEEP_S})"
+    assert source.index("stop_worker_threads(self)") < source.index("time.sleep(")
+    import threading
+
+    assert threading.Thread(target=print)._target is print  # what ``upstream_threads_alive`` reads

@@ -12,6 +12,11 @@ only when the command line mentions cosmos (a string test, nothing imported).
   ``python -m <stock entry module>``, it redirects that one ``-m`` lookup to
   :mod:`cosmos_sana.bridge`, which loads the plugins and calls cosmos-rl's worker
   entry with our datasets, packers and rewards.
+* In the launcher and in the torchrun wrapper of each replica, processes that only start
+  other processes, cosmos-rl's package bodies (``cosmos_rl/__init__.py`` imports every
+  subpackage, model auto-discovery included) run only once something asks for a name they
+  define (:func:`defer_cosmos_rl_package_bodies`); a full import of cosmos-rl there cost as
+  much as in the roles that train.
 * The Sol-RL how-to's forms ``cosmos-rl --config X.toml cosmos_rl.tools.dataset.diffusion_nft``
   (NFT) and ``... cosmos_rl.tools.dataset.diffusers_dataset`` (SFT) are redirected the same
   way in every role, so upstream's dataset script (its own prompt sets and packer) never runs
@@ -28,9 +33,17 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import time
+
+#: when this interpreter reached its site start-up hook (``time.monotonic``): the bridge logs
+#: how long its role took to import from here
+INTERPRETER_STARTED = time.monotonic()
 
 ENV_FLAG = "COSMOS_SANA_AUTOLOAD"
 DISABLE_FLAG = "COSMOS_SANA_NO_AUTOLOAD"
+#: ``1`` keeps cosmos-rl's own start-up and shutdown (eager package imports, the blind shutdown
+#: sleep): the baseline a start-up measurement compares against
+UPSTREAM_STARTUP_FLAG = "COSMOS_SANA_UPSTREAM_STARTUP"
 
 #: Modules cosmos-rl's launch scripts run with ``python -m`` when no script is given.
 STOCK_ENTRY_MODULES = frozenset(
@@ -56,6 +69,10 @@ WORKING_FORMS = (
 )
 LAUNCHER_MODULE = "cosmos_rl.launcher.launch_all"
 LAUNCHER_SCRIPT = "cosmos-rl"
+#: what cosmos-rl's replica script runs as ``python -m`` to start torchrun
+TORCHRUN_WRAPPER_MODULE = "cosmos_rl.launcher.torchrun"
+#: packages whose ``__init__`` bodies the launch-only processes defer
+DEFERRED_PACKAGES = ("cosmos_rl", "cosmos_rl.launcher", "cosmos_rl.dispatcher.data")
 BRIDGE_CODE = "from cosmos_sana.bridge import main\nmain()\n"
 
 
@@ -163,6 +180,56 @@ class EntryRedirectFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_loader(fullname, _BridgeLoader(fullname), origin="cosmos-sana")
 
 
+class _DeferredBodyLoader(importlib.abc.Loader):
+    """Creates a package with its ``__path__`` but runs its ``__init__`` body only when a name the
+    package does not have yet is asked for (``cosmos_rl.policy`` as an attribute, ``from cosmos_rl
+    import x``). Importing a submodule by its full name never needs the body."""
+
+    def __init__(self, body_loader: importlib.abc.Loader) -> None:
+        self.body_loader = body_loader
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        body_loader = self.body_loader
+
+        def run_body_then_get(name: str):
+            del module.__getattr__
+            body_loader.exec_module(module)
+            try:
+                return module.__dict__[name]
+            except KeyError:
+                raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}") from None
+
+        module.__getattr__ = run_body_then_get
+
+
+class DeferredPackageFinder(importlib.abc.MetaPathFinder):
+    """Finds :data:`DEFERRED_PACKAGES` as usual and hands them to :class:`_DeferredBodyLoader`."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in DEFERRED_PACKAGES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            return None
+        spec.loader = _DeferredBodyLoader(spec.loader)
+        return spec
+
+
+def defer_cosmos_rl_package_bodies() -> None:
+    """Upstream's ``cosmos_rl/__init__.py`` imports every subpackage (policy with its model
+    auto-discovery, rollout, colocated, tools, simulators...) and ``cosmos_rl/launcher/__init__.py``
+    imports the worker entry (torch, transformers, datasets), so each process that names any
+    ``cosmos_rl`` module pays for all of it. The launcher and the torchrun wrapper only start other
+    processes: with the bodies deferred they import just the modules they name (the wrapper: one
+    constant module, then torch's own torchrun). Any name the bodies define still resolves, by
+    running the body then."""
+    if not any(isinstance(finder, DeferredPackageFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, DeferredPackageFinder())
+
+
 def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
     """Install the right hook for this process; returns what it did (for tests)."""
     argv = list(sys.orig_argv if argv is None else argv)
@@ -176,10 +243,17 @@ def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
             if script is not None:
                 _refuse(refusal_message(script, config))
             environ[ENV_FLAG] = "1"
+            if environ.get(UPSTREAM_STARTUP_FLAG) != "1":
+                defer_cosmos_rl_package_bodies()
             return "launcher-flagged"
         return "launcher-not-ours"
     if environ.get("COSMOS_ROLE") and environ.get(ENV_FLAG) == "1":
         module = _argv_module(argv)
+        if module == TORCHRUN_WRAPPER_MODULE:
+            if environ.get(UPSTREAM_STARTUP_FLAG) == "1":
+                return "inactive"
+            defer_cosmos_rl_package_bodies()
+            return "deferred-package-bodies"
         if module in STOCK_ENTRY_MODULES or module in HOWTO_SCRIPT_MODULES:
             sys.meta_path.insert(0, EntryRedirectFinder(module))
             return "redirect-installed"

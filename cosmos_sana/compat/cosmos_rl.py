@@ -254,6 +254,96 @@ def patch_colocated_resume() -> None:
     colocated.ControllerDataFetcher = build
 
 
+#: the blind wait at the end of cosmos-rl's ``RLPolicyWorker.handle_shutdown``
+UPSTREAM_SHUTDOWN_SLEEP_S = 15
+#: how often :func:`wait_for_upstream_threads` looks at the threads
+SHUTDOWN_POLL_S = 0.05
+
+
+def _thread_code_module(thread: Any) -> str:
+    """The module of the code a thread runs: its target's, or its class's when it overrides ``run``."""
+    target = getattr(thread, "_target", None)
+    return getattr(target, "__module__", None) or type(thread).__module__ or ""
+
+
+def upstream_threads_alive(exclude: Any = None) -> list[Any]:
+    """Live threads running cosmos-rl code (besides ``exclude``, the caller)."""
+    import threading
+
+    return [
+        thread
+        for thread in threading.enumerate()
+        if thread is not exclude and thread.is_alive() and _thread_code_module(thread).startswith("cosmos_rl")
+    ]
+
+
+def wait_for_upstream_threads(limit_s: float) -> float:
+    """Wait until no thread runs cosmos-rl code any more, at most ``limit_s``; returns the seconds waited."""
+    import threading
+    import time
+
+    started = time.monotonic()
+    current = threading.current_thread()
+    while upstream_threads_alive(exclude=current) and time.monotonic() - started < limit_s:
+        time.sleep(SHUTDOWN_POLL_S)
+    return time.monotonic() - started
+
+
+def patch_shutdown_sleep() -> None:
+    """cosmos-rl's ``RLPolicyWorker.handle_shutdown`` joins the worker's threads (``stop_worker_threads``
+    and each named thread) and then sleeps 15 s so that its daemon threads can see the shutdown
+    signal before the interpreter exits; every launch ended with that wait though the threads had
+    already stopped. While ``handle_shutdown`` runs, its one 15 s sleep becomes a poll that ends as
+    soon as no thread runs cosmos-rl code, still at most 15 s; any other sleep is unchanged."""
+    import functools
+    import threading
+    import time
+
+    import cosmos_rl.policy.worker.rl_worker as rl_worker
+
+    upstream = rl_worker.RLPolicyWorker.handle_shutdown
+    if getattr(upstream, "_cosmos_sana_patch", False):
+        return
+
+    class _ShutdownClock:
+        """``rl_worker``'s ``time`` while one thread shuts down; other threads sleep as before."""
+
+        def __init__(self, caller: Any) -> None:
+            self.caller = caller
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def sleep(self, seconds: float) -> None:
+            if threading.current_thread() is self.caller and seconds == UPSTREAM_SHUTDOWN_SLEEP_S:
+                waited = wait_for_upstream_threads(seconds)
+                alive = [thread.name for thread in upstream_threads_alive(exclude=self.caller)]
+                if alive:
+                    logger.info("shutdown: cosmos-rl threads %s still running after %.2f s", alive, waited)
+                else:
+                    logger.info("shutdown: cosmos-rl's threads stopped after %.2f s (upstream waits %d s)", waited, seconds)
+                return
+            time.sleep(seconds)
+
+    @functools.wraps(upstream)
+    def handle_shutdown(self: Any) -> Any:
+        rl_worker.time = _ShutdownClock(threading.current_thread())
+        try:
+            return upstream(self)
+        finally:
+            rl_worker.time = time
+
+    handle_shutdown._cosmos_sana_patch = True  # type: ignore[attr-defined]
+    rl_worker.RLPolicyWorker.handle_shutdown = handle_shutdown
+
+
+def startup_patches_enabled() -> bool:
+    """False when ``COSMOS_SANA_UPSTREAM_STARTUP=1`` asks for cosmos-rl's own start-up and shutdown."""
+    from cosmos_sana.compat.autoload import UPSTREAM_STARTUP_FLAG
+
+    return os.environ.get(UPSTREAM_STARTUP_FLAG) != "1"
+
+
 def reports_rewards(parallel_dims: Any) -> bool:
     """Whether cosmos-rl scores this rank's rollouts: its rollout worker's ``should_report``
     (first TP rank of the last pipeline stage). Other ranks' samples are never rewarded."""
@@ -288,6 +378,8 @@ def register_all(registry: PluginRegistry) -> None:
     patch_remote_reward_not_ready()
     patch_colocated_resume()
     patch_command_poll()
+    if startup_patches_enabled():
+        patch_shutdown_sleep()
     _registered_into.add(id(registry))
 
 

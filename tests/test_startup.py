@@ -1,0 +1,299 @@
+"""Start-up and shutdown of a launch: what the launch-only processes import, the shutdown wait, and the
+start-up bench's log split."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cosmos_sana.compat import autoload
+from cosmos_sana.compat import cosmos_rl as compat
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_startup.py"
+OURS = '[train]\noutput_dir = "{out}"\n[custom]\npackage = "cosmos-sana"\n'
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSMOS_")}
+    env.update(extra)
+    return env
+
+
+def _flagged_worker_env(**extra: str) -> dict[str, str]:
+    return _clean_env(COSMOS_ROLE="Policy", **{autoload.ENV_FLAG: "1"}, **extra)
+
+
+@pytest.fixture
+def ours(tmp_path: Path) -> Path:
+    path = tmp_path / "ours.toml"
+    path.write_text(OURS.format(out=tmp_path / "out"))
+    return path
+
+
+@pytest.fixture
+def restore_meta_path():
+    before = list(sys.meta_path)
+    yield
+    sys.meta_path[:] = before
+
+
+def test_launch_only_processes_defer_the_package_bodies(ours: Path, restore_meta_path) -> None:
+    def deferring() -> bool:
+        return any(isinstance(finder, autoload.DeferredPackageFinder) for finder in sys.meta_path)
+
+    env: dict[str, str] = {}
+    assert autoload.activate([sys.executable, "/venv/bin/cosmos-rl", "--config", str(ours)], env) == "launcher-flagged"
+    assert deferring()
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, autoload.DeferredPackageFinder)]
+    wrapper = [sys.executable, "-m", autoload.TORCHRUN_WRAPPER_MODULE, "--nproc-per-node=1", "-m", "x"]
+    assert autoload.activate(wrapper, {"COSMOS_ROLE": "Policy", autoload.ENV_FLAG: "1"}) == "deferred-package-bodies"
+    assert deferring()
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, autoload.DeferredPackageFinder)]
+    # the baseline switch, and a recipe that is not ours, keep upstream's eager imports
+    upstream = {"COSMOS_ROLE": "Policy", autoload.ENV_FLAG: "1", autoload.UPSTREAM_STARTUP_FLAG: "1"}
+    assert autoload.activate(wrapper, upstream) == "inactive"
+    assert autoload.activate(wrapper, {"COSMOS_ROLE": "Policy"}) == "inactive"
+    env = {autoload.UPSTREAM_STARTUP_FLAG: "1"}
+    assert autoload.activate([sys.executable, "/venv/bin/cosmos-rl", "--config", str(ours)], env) == "launcher-flagged"
+    assert not deferring()
+
+
+PROBE = """
+import contextlib, io, json, sys
+from cosmos_sana.compat import autoload
+autoload.defer_cosmos_rl_package_bodies()
+from cosmos_rl.launcher.torchrun import FATAL_TRANSPORT_EXIT_CODE
+seen = {"code": FATAL_TRANSPORT_EXIT_CODE, "after_wrapper": sorted(m for m in ("torch", "cosmos_rl.policy", "cosmos_rl.launcher.worker_entry") if m in sys.modules)}
+import cosmos_rl.launcher
+cosmos_rl.launcher.launch  # a name the launcher package body defines: the body runs now
+seen["after_launch_name"] = "cosmos_rl.launcher.worker_entry" in sys.modules
+with contextlib.redirect_stdout(io.StringIO()):
+    names = cosmos_rl.__all__  # the root body runs now, model auto-discovery included
+seen["after_root_name"] = "simulators" in names and "cosmos_rl.policy.model" in sys.modules and "cosmos_rl.rollout" in sys.modules
+try:
+    cosmos_rl.no_such_name
+except AttributeError as exc:
+    seen["missing"] = str(exc)
+print(json.dumps(seen))
+"""
+
+
+def test_deferred_bodies_import_only_named_modules_and_run_when_a_name_is_asked() -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE], env=_clean_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["code"] == 86
+    assert seen["after_wrapper"] == []  # the torchrun wrapper needs one constant, not torch or the policy
+    assert seen["after_launch_name"] is True
+    assert seen["after_root_name"] is True
+    assert seen["missing"] == "module 'cosmos_rl' has no attribute 'no_such_name'"
+
+
+def test_torchrun_wrapper_runs_workers_and_passes_the_fatal_status_with_deferred_bodies(tmp_path: Path) -> None:
+    """The wrapper as cosmos-rl's replica script starts it, flagged for our recipe: a worker runs, a worker
+    exiting with the fatal transport status stops it with that status, and it never imported the policy."""
+    wrapper = [sys.executable, "-m", autoload.TORCHRUN_WRAPPER_MODULE, "--standalone", "--nproc-per-node=1"]
+    env = _flagged_worker_env(PYTHONPROFILEIMPORTTIME="1")
+    ok = subprocess.run([*wrapper, "-m", "this"], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "Beautiful is better than ugly." in ok.stdout
+    assert "cosmos_rl.utils.transport_failure" in ok.stderr and "cosmos_rl.policy" not in ok.stderr
+    fatal = subprocess.run(
+        [*wrapper, "--no-python", "sh", "-c", "exit 86"], env=_flagged_worker_env(), capture_output=True,
+        text=True, timeout=120, cwd=tmp_path,
+    )
+    assert fatal.returncode == 86, fatal.stderr[-3000:]
+
+
+def test_launcher_arguments_are_the_same_with_deferred_bodies(ours: Path) -> None:
+    def help_text(**extra: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", autoload.LAUNCHER_MODULE, "--config", str(ours), "--help"],
+            env=_clean_env(**extra), capture_output=True, text=True, timeout=120,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    deferred, eager = help_text(), help_text(**{autoload.UPSTREAM_STARTUP_FLAG: "1"})
+    assert "Auto-discovering" in eager and "Auto-discovering" not in deferred  # no model discovery here
+    assert deferred.startswith("usage: ") and "--config" in deferred and "--log-dir" in deferred
+    assert eager[eager.index("usage: "):] == deferred
+
+
+# ----------------------------------------------------------------------------- shutdown wait
+
+
+def _lingering_upstream_thread(stop: threading.Event, linger_s: float) -> threading.Thread:
+    """A thread running code of a ``cosmos_rl`` module that ends ``linger_s`` after ``stop`` is set."""
+
+    def run() -> None:
+        stop.wait()
+        time.sleep(linger_s)
+
+    run.__module__ = "cosmos_rl.background"
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_wait_ends_when_upstream_threads_end_and_ignores_others() -> None:
+    stop, forever = threading.Event(), threading.Event()
+    other = threading.Thread(target=forever.wait, daemon=True)  # not cosmos-rl code: not waited for
+    other.start()
+    try:
+        upstream = _lingering_upstream_thread(stop, 0.3)
+        assert upstream in compat.upstream_threads_alive() and other not in compat.upstream_threads_alive()
+        stop.set()
+        waited = compat.wait_for_upstream_threads(15)
+        assert 0.2 < waited < 3 and not upstream.is_alive()
+        stuck = _lingering_upstream_thread(forever, 0)
+        assert 0.3 <= compat.wait_for_upstream_threads(0.3) < 2 and stuck.is_alive()  # bounded by the limit
+    finally:
+        forever.set()
+    stuck.join(5)
+
+
+def _stub_worker_class():
+    from cosmos_rl.policy.worker.rl_worker import RLPolicyWorker
+
+    class StubWorker(RLPolicyWorker):
+        """Just the state upstream's ``handle_shutdown`` reads, its teardown calls recorded."""
+
+        def __init__(self) -> None:  # no model, no process group
+            self.calls: list[str] = []
+            self.payload_prefetch = None
+            self.trainer = None
+            self.shutdown_signal = threading.Event()
+            self.shutdown_mp_signal = threading.Event()
+            self.inter_policy_nccl = type("Nccl", (), {"shutdown": lambda _: self.calls.append("nccl")})()
+            self.fetch_rollouts_thread = self.fetch_command_thread = None
+            self.teacher_interact_thread = self.heartbeat_thread = None
+
+        def _shutdown_payload_data_packers(self) -> None:
+            self.calls.append("packers")
+
+        def destroy_worker(self) -> None:
+            self.calls.append("destroy")
+
+        def unregister_from_controller(self) -> None:
+            self.calls.append("unregister")
+
+    return StubWorker
+
+
+def test_policy_shutdown_waits_for_upstream_threads_not_15_s(caplog) -> None:
+    import cosmos_rl.policy.worker.rl_worker as rl_worker
+
+    compat.patch_shutdown_sleep()
+    worker = _stub_worker_class()()
+    lingering = _lingering_upstream_thread(worker.shutdown_signal, 0.5)
+    started = time.monotonic()
+    with caplog.at_level("INFO", logger="cosmos_sana"):
+        worker.handle_shutdown()
+    took = time.monotonic() - started
+    assert 0.4 < took < 5, took
+    assert not lingering.is_alive()
+    assert worker.calls == ["packers", "nccl", "destroy", "unregister"]  # upstream's teardown, in its order
+    assert "cosmos-rl's threads stopped after" in caplog.text
+    assert rl_worker.time is time  # the module's clock is restored
+    compat.patch_shutdown_sleep()  # idempotent
+    assert getattr(rl_worker.RLPolicyWorker.handle_shutdown, "_cosmos_sana_patch", False)
+
+
+def test_other_threads_keep_their_sleeps_during_shutdown() -> None:
+    import cosmos_rl.policy.worker.rl_worker as rl_worker
+
+    compat.patch_shutdown_sleep()
+    worker = _stub_worker_class()()
+    slept: list[float] = []
+    ready = threading.Event()
+
+    def other_thread_sleeps() -> None:  # another thread runs rl_worker code during the shutdown
+        ready.wait()
+        started = time.monotonic()
+        rl_worker.time.sleep(compat.UPSTREAM_SHUTDOWN_SLEEP_S / 30)
+        slept.append(time.monotonic() - started)
+
+    original_unregister = worker.unregister_from_controller
+
+    def unregister_while_other_sleeps() -> None:
+        ready.set()
+        other.join()
+        original_unregister()
+
+    worker.unregister_from_controller = unregister_while_other_sleeps
+    other = threading.Thread(target=other_thread_sleeps)
+    other.start()
+    worker.handle_shutdown()
+    assert slept and slept[0] >= compat.UPSTREAM_SHUTDOWN_SLEEP_S / 30 * 0.9
+
+
+# ----------------------------------------------------------------------------- the bench's log split
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_startup", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+STAMPED = """\
++0.900 | [cosmos] 2026-12-01 11:22:06,530 - cosmos - INFO - Using rollout backend: sana
++1.000 | [Controller] Using script: cosmos_rl.dispatcher.run_web_panel
++8.000 | [cosmos-sana INFO cosmos_sana.bridge] cosmos-sana bridge active in role Controller (6.9 s after interpreter start); registered
++9.500 | [cosmos] 2026-12-01 11:22:15,130 - cosmos - INFO - Controller is ready at localhost:8000
++9.600 | Launching command: python -m cosmos_rl.launcher.torchrun --nproc-per-node=1 -m cosmos_rl.policy.train
++19.600 | [rank0]:[cosmos-sana INFO cosmos_sana.bridge] cosmos-sana bridge active in role Policy (8.2 s after interpreter start); registered
++25.000 | [rank0]:[cosmos-sana INFO cosmos_sana_plugins.sana.model] loaded SanaPipeline on cuda:0 (transformer torch.bfloat16, offload=False)
++26.000 | [rank0]:[cosmos] - cosmos - CRITICAL - [Policy] Meta init not supported for diffusers trainer.
++66.000 | [rank0]:[cosmos-sana INFO cosmos_sana_plugins.trainers.rollout] rollout: 2 prompts x 8 in 3.10 s
++70.000 | done
+"""
+
+
+def test_bench_splits_a_stamped_launch_log(tmp_path: Path) -> None:
+    log = tmp_path / "startup.log"
+    log.write_text(STAMPED)
+    result = _bench().main(["parse", str(log), "--json-out", str(tmp_path / "out.json")])
+    assert result["missing_milestones"] == []
+    assert result["phases_s"] == {
+        "launcher_imports": 0.9,
+        "launcher_to_controller_process": 0.1,
+        "controller_imports": 7.0,
+        "controller_setup": 1.5,
+        "controller_ready_to_replica": 0.1,
+        "torchrun_and_worker_imports": 10.0,
+        "worker_setup_and_model_load": 5.4,
+        "model_loaded_to_first_rollout": 41.0,
+        "total_to_first_rollout": 66.0,
+    }
+    assert result["bridge_import_s"] == {"Controller": 6.9, "Policy": 8.2}
+    gap = result["longest_gaps"][0]
+    assert gap["seconds"] == 40.0 and "Meta init not supported" in gap["after"] and "rollout: 2 prompts" in gap["before"]
+    assert json.loads((tmp_path / "out.json").read_text())["end_s"] == 70.0
+
+
+def test_bench_refuses_a_log_without_stamps(tmp_path: Path) -> None:
+    log = tmp_path / "plain.log"
+    log.write_text("Using rollout backend: sana\n")
+    with pytest.raises(ValueError, match="no stamped lines"):
+        _bench().main(["parse", str(log)])
+
+
+def test_bench_launch_stamps_each_line(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", "import time; print('Using rollout backend: x'); time.sleep(0.5); print('end')"]
+    result = _bench().main(["launch", "--log-dir", str(tmp_path), "--", *command])
+    assert result["exit_status"] == 0
+    assert result["milestones_s"]["launcher_imported"] < result["end_s"]
+    assert result["end_s"] - result["milestones_s"]["launcher_imported"] >= 0.45
+    lines = (tmp_path / "startup.log").read_text().splitlines()
+    assert [line.split(" | ", 1)[1] for line in lines] == ["Using rollout backend: x", "end"]

@@ -296,6 +296,9 @@ def generate(
     shapes: list[list[int]] = []
 
     def write(media: torch.Tensor, which: str, index: int, prompt: str) -> list[torch.Tensor]:
+        if not bool(torch.isfinite(media).all()):  # would be saved as black or clipped pixels
+            raise ValueError(f"the {which} model sampled NaN/inf for prompt {index} ({prompt!r}, seeds {seeds}); "
+                             "nothing written for it (check --dtype, --guidance and the weights)")
         folder = out / BASE_DIR if which == "base" else out
         shapes.append(list(media.shape[1:]))
         for item, item_seed in zip(media, seeds):

@@ -186,3 +186,37 @@ def test_bad_requests_name_the_problem(checkpoint: Path, tiny_image_pipeline_dir
     (foreign / "notes.txt").write_text("keep")
     assert main(["generate", str(tiny_image_pipeline_dir), "--prompt", PROMPT, *SMALL, "--out", str(foreign)]) == 1
     assert "holds no generate.json" in capsys.readouterr().err and (foreign / "notes.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize(("option", "value", "words"), [
+    ("--steps", "0", "must be at least 1"), ("--batch", "0", "must be at least 1"),
+    ("--guidance", "nan", "must be a finite number"), ("--frames", "4", "must be 4k + 1"),
+    ("--device", "bogus", "is not a torch device"),
+])
+def test_bad_option_values_are_usage_errors(tiny_image_pipeline_dir: Path, tmp_path: Path, capsys, option: str,
+                                            value: str, words: str) -> None:
+    """Refused while parsing, before a model is loaded or --out touched (``--steps 0`` once wrote pure noise)."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as info:
+        main(["generate", str(tiny_image_pipeline_dir), "--prompt", PROMPT, option, value, "--out", str(out)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and words in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_frames_for_an_image_pipeline_and_non_finite_samples_are_refused(
+    tiny_image_pipeline_dir: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "frames"
+    assert main(["generate", str(tiny_image_pipeline_dir), "--prompt", PROMPT, *SMALL, "--frames", "5",
+                 "--out", str(out)]) == 1
+    assert "--frames 5: SanaPipeline samples images, not videos" in capsys.readouterr().err
+    import cosmos_sana.model_hooks as hooks
+
+    monkeypatch.setattr(hooks, "generator_for", lambda _cls: lambda _pipe, request: torch.full(
+        (len(request.seeds), 3, 8, 8), float("nan")))  # the injected fault: a model that samples NaN
+    out = tmp_path / "nan"
+    assert main(["generate", str(tiny_image_pipeline_dir), "--prompt", PROMPT, "--out", str(out)]) == 1
+    assert f"the trained model sampled NaN/inf for prompt 0 ({PROMPT!r}, seeds [0])" in capsys.readouterr().err
+    assert list(out.iterdir()) == []

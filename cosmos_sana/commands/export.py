@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from cosmos_sana.commands.arg_types import device
+
 HELP = (
     "export a DCP checkpoint (training iter_N folder, a training output dir = its latest, or a convert-to-dcp "
     "folder) as a diffusers pipeline, a LoRA (diffusers + PEFT), LoRA merged into the base, a native SANA .pth, "
@@ -42,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verify.add_argument("--verify-size", type=int, default=256, help="square resolution of the test sample (default 256)")
     verify.add_argument("--verify-steps", type=int, default=2, help="sampling steps (default 2)")
     verify.add_argument("--verify-frames", type=int, default=5, help="frames for video pipelines (4k+1, default 5)")
-    verify.add_argument("--device", help="device for --verify (default: cuda if available, else cpu)")
+    verify.add_argument("--device", type=device, help="device for --verify (default: cuda if available, else cpu)")
     parser.add_argument("--push-to-hub", metavar="REPO", help="upload the export to this Hugging Face Hub model repo")
 
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from cosmos_sana.commands.arg_types import device, finite_float, positive_int, video_frames
+
 HELP = (
     "generate images (PNG) or videos (MP4) from a training checkpoint (its run's config gives base, LoRA, EMA "
     "and sampling defaults), an export folder or a pipeline folder; --compare-base adds base-vs-trained grids"
@@ -32,14 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="output folder; default: <run>/generated/iter_N for a checkpoint, "
                         "else SOURCE-generated beside the source")
     sampling = parser.add_argument_group("sampling (default: the run's evaluation settings, else 20 steps, CFG 4.5)")
-    sampling.add_argument("--steps", type=int, help="denoising steps")
-    sampling.add_argument("--guidance", type=float, help="classifier-free guidance scale (1 = off)")
+    sampling.add_argument("--steps", type=positive_int, help="denoising steps")
+    sampling.add_argument("--guidance", type=finite_float, help="classifier-free guidance scale (1 = off)")
     sampling.add_argument("--size", type=parse_size, help="N or HEIGHTxWIDTH in pixels (default: the run's inference_size)")
-    sampling.add_argument("--frames", type=int, help="video frames (4k + 1)")
+    sampling.add_argument("--frames", type=video_frames, help="video frames (4k + 1; video pipelines only)")
     sampling.add_argument("--chi", choices=("off", "image", "video"),
                           help="complex-human-instruction prefix (default: the run's [custom.model] setting, else off)")
     sampling.add_argument("--seed", type=int, default=0, help="image j of every prompt uses seed + j (default 0)")
-    sampling.add_argument("--batch", type=int, default=1, help="images per prompt, sampled in one batch (default 1)")
+    sampling.add_argument("--batch", type=positive_int, default=1, help="images per prompt, sampled in one batch (default 1)")
     weights = parser.add_argument_group("weights")
     weights.add_argument("--compare-base", action="store_true",
                          help="also sample the base with the same seeds; writes base/ and compare/ grids (per seed: base | trained)")
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     weights.add_argument("--base", help="base pipeline folder (default: the one the checkpoint or export recorded)")
     weights.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                          help="weights dtype (default: a checkpoint's run policy.diffusers.dtype; exports and pipelines as stored)")
-    weights.add_argument("--device", help="default: cuda when available, else cpu")
+    weights.add_argument("--device", type=device, help="default: cuda when available, else cpu")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,5 +74,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     written = sum(len(names) for names in record["files"].values())
-    print(f"wrote {written} files to {out.resolve()} (settings: {(out / GENERATE_FILE).resolve()})")
+    print(f"wrote {written} file{'s' if written != 1 else ''} to {out.resolve()} (settings: {(out / GENERATE_FILE).resolve()})")
     return 0

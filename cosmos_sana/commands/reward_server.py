@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cosmos_sana.commands.arg_types import device
+
 HELP = "serve rewards over cosmos-rl's remote reward protocol (FastAPI/uvicorn)"
 
 
@@ -19,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reward", action="append", default=[], metavar="NAME", help="a reward to serve (repeatable)")
     parser.add_argument("--reward-args", action="append", default=[], metavar="NAME:JSON", help="a reward's args")
     parser.add_argument("--config", metavar="RECIPE.toml", help="serve a recipe's [[custom.rewards]] instead")
-    parser.add_argument("--device", default="cpu", help="scoring device, e.g. cuda:0 (default: cpu)")
+    parser.add_argument("--device", type=device, default="cpu", help="scoring device, e.g. cuda:0 (default: cpu)")
     parser.add_argument("--workers", type=int, default=None, help="scoring threads (default: reward_runtime.workers)")
     parser.add_argument("--token-env", default="REMOTE_REWARD_TOKEN", help="variable holding the bearer token")
     parser.add_argument("--token-file", help="file holding the bearer token (wins over --token-env)")

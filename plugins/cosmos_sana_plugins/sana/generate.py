@@ -19,6 +19,8 @@ from cosmos_sana_plugins.sana.text import pipeline_call_kwargs
 def generate(pipe: Any, request: Any) -> torch.Tensor:
     """``request`` (a ``GenerationRequest``) → images ``B×C×H×W`` or videos ``B×T×C×H×W`` in [0, 1], on CPU."""
     video = hasattr(pipe, "vae_scale_factor_temporal")
+    if request.frames is not None and not video:
+        raise ValueError(f"--frames {request.frames}: {type(pipe).__name__} samples images, not videos")
     sizes = {"height": request.height, "width": request.width}
     kwargs: dict[str, Any] = {
         **{k: v for k, v in sizes.items() if v is not None},  # unset: the pipeline's default size

@@ -291,6 +291,9 @@ def generate(
     if compare_base:
         base_transformer = loaded.build_base().to(device=device, dtype=trained.transformer.dtype)
         base = type(trained)(**{**trained.components, "transformer": base_transformer})
+    for pipe in (trained, base):
+        if pipe is not None:  # a denoising bar in a terminal only, like cosmos-sana's own progress bars
+            pipe.set_progress_bar_config(disable=None)
     seeds = list(range(seed, seed + batch))
     files: dict[str, list[str]] = {"trained": [], "base": [], "grids": []}
     shapes: list[list[int]] = []

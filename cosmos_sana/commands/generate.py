@@ -61,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     from cosmos_sana.generation import GENERATE_FILE, generate, load_source, read_prompts, resolve_settings
     from cosmos_sana.output_paths import default_generate_dir
 
+    if not sys.stderr.isatty():  # diffusers' loading bar: in a terminal only
+        from diffusers.utils import logging as diffusers_logging
+
+        diffusers_logging.disable_progress_bar()
     try:
         prompts = read_prompts(args.prompt, args.prompts)
         loaded = load_source(args.source, base=args.base, ema=args.ema, adapter=args.adapter,

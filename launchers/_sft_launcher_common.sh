@@ -6,7 +6,7 @@
 # this file with "$@".
 #
 # Usage of every launcher:
-#   launchers/launch_sft_<recipe>.sh [--dry-run | --dryrun] [-- key.path=value ...]
+#   launchers/launch_{sft,rl}_<recipe>.sh [--dry-run | --dryrun] [-- key.path=value ...]
 #
 # Environment (exported values override the defaults):
 #   DATASET_PATH            training data (folder, .jsonl, .zip; RL prompts may be builtin:NAME) -> DATASET_KEY

@@ -49,8 +49,9 @@ SECRET_ENV = {
 def test_resolved_toml_runs_exactly_what_was_asked(
     variable: str, tiny_image_pipeline_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With ``AWS_PROFILE=default`` the LoRA list once read ``["***", "old"]``; with ``NGC_CLI_ORG=nvidia``
-    the model path once read ``…/***/sana``. The dump must equal the recipe with its overrides."""
+    """Masking values of ordinary variables in the dump would change what trains (``AWS_PROFILE=default``
+    would turn the LoRA list into ``["***", "old"]``, ``NGC_CLI_ORG=nvidia`` the model path into
+    ``…/***/sana``). The dump must equal the recipe with its overrides."""
     for name, value in {**ORDINARY_ENV, **SECRET_ENV}.items():
         monkeypatch.setenv(name, value)
     model = tmp_path / "nvidia" / "sana"  # a path holding the variables' values
@@ -150,7 +151,7 @@ def test_recorded_configs_mask_secret_keys_and_values(monkeypatch: pytest.Monkey
 def test_launcher_dry_run_resolves_exactly_with_service_variables_set(
     tiny_image_pipeline_dir: Path, tmp_path: Path
 ) -> None:
-    """The reported case end to end: the NFT launcher's dry run with ``AWS_PROFILE=default`` and
+    """End to end: the NFT launcher's dry run with ``AWS_PROFILE=default`` and
     ``NGC_CLI_ORG=nvidia`` set must resolve ``lora_names = ["default", "old"]`` and the model path as given,
     and its log must not hold the token."""
     import subprocess

@@ -118,7 +118,7 @@ def test_default_lora_file_without_metadata_gives_the_merged_weights(exports, ti
     got = blind_apply(base, default, up="lora_B", down="lora_A", prefix="transformer.")
     worst = max(float((got[k] - merged[k]).abs().max()) for k in merged)
     assert worst <= 1e-5, worst
-    # the unscaled PEFT copy read the same blind way is what metadata-blind loaders used to get: wrong strength
+    # control: the unscaled PEFT copy read the same blind way gives the wrong strength (what folding prevents)
     peft = load_file(exports["lora"] / "peft_adapter" / "adapter_model.safetensors")
     wrong = blind_apply(base, peft, up="lora_B", down="lora_A", prefix="base_model.model.")
     assert max(float((wrong[k] - merged[k]).abs().max()) for k in merged) > 1e-2

@@ -127,7 +127,7 @@ def create_app(
                 status_code=422, detail=f"rewards {unknown} are not served here; served: {scheduler.scorers.names}"
             )
         key = uuidlib.uuid4().hex
-        media = from_wire(req.array, req.media_type)
+        media = await run_in_threadpool(from_wire, req.array, req.media_type)  # seconds for a large batch
         names = list(req.rewards)
         try:
             future = scheduler.submit(key, [(key, i) for i in range(len(req.prompts))], media, req.prompts,

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from cosmos_sana.log import quiet_third_party
+from cosmos_sana.log import quiet_third_party, redacted_stderr
 
 VERBOSE_HELP = "also show other packages' known-harmless start-up warnings (hidden by default)"
 
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if not wants_verbose(argv):
         quiet_third_party()
     args = build_parser(argv).parse_args(argv)
-    return int(args._run(args) or 0)
+    with redacted_stderr():
+        return int(args._run(args) or 0)
 
 
 if __name__ == "__main__":

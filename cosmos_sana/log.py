@@ -10,8 +10,8 @@ import logging
 import re
 import sys
 import warnings
-from collections.abc import Iterable
-from typing import TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 from cosmos_sana.redaction import redact_text
 
@@ -50,6 +50,33 @@ class ProgressAwareHandler(logging.StreamHandler):
             tqdm.write(self.format(record), file=self.stream)
         except Exception:
             self.handleError(record)
+
+
+class RedactingStream:
+    """A text stream that masks secrets in every write and passes everything else (``isatty``,
+    ``fileno``, ``flush``…) to the stream it wraps: the commands' ``error: …`` lines print
+    exception text that may quote a secret (a URL with its password, a token given as a value)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(redact_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@contextlib.contextmanager
+def redacted_stderr() -> Iterator[None]:
+    """``sys.stderr`` masks secrets inside (see :class:`RedactingStream`)."""
+    original = sys.stderr
+    sys.stderr = RedactingStream(original)
+    try:
+        yield
+    finally:
+        sys.stderr = original
 
 
 def get_logger(name: str = "") -> logging.Logger:

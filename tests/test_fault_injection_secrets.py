@@ -198,3 +198,12 @@ def test_url_passwords_and_token_shapes_are_masked_without_the_environment(text:
 def test_urls_without_a_password_are_shown_as_given(text: str) -> None:
     """Not a fault case: a port, a user alone or a clock time is no password."""
     assert redact_text(text, environ={}) == text
+
+
+@pytest.mark.fault("refused")
+def test_command_error_lines_are_masked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A command's ``error: …`` line quotes exception text, which may hold a secret (here a path that does)."""
+    monkeypatch.setenv("MY_DB_PASSWORD", SECRET_ENV["MY_DB_PASSWORD"])
+    missing = f"/nonexistent/{SECRET_ENV['MY_DB_PASSWORD']}/{HF_TOKEN}"
+    assert main(["generate", missing, "--prompt", "a cat"]) == 1
+    assert capsys.readouterr().err == f"error: /nonexistent/{MASK}/{MASK}: does not exist\n"

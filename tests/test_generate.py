@@ -220,3 +220,14 @@ def test_frames_for_an_image_pipeline_and_non_finite_samples_are_refused(
     assert main(["generate", str(tiny_image_pipeline_dir), "--prompt", PROMPT, "--out", str(out)]) == 1
     assert f"the trained model sampled NaN/inf for prompt 0 ({PROMPT!r}, seeds [0])" in capsys.readouterr().err
     assert list(out.iterdir()) == []
+
+
+def test_corrupt_run_config_is_named(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    import shutil
+
+    copy = tmp_path / "run" / "checkpoints" / checkpoint.name
+    shutil.copytree(checkpoint, copy)
+    (copy / "run_config.json").write_text("{ not json")
+    assert main(["generate", str(copy), "--prompt", PROMPT, "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {copy / 'run_config.json'}: invalid JSON"), err

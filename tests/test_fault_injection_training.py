@@ -182,7 +182,9 @@ weight = torch.nn.Parameter(torch.ones(2))
 weight.grad = torch.ones(2)
 loss = torch.tensor([float("nan") if rank == 1 else 0.5])  # a metric-only term, NaN on rank 1 alone
 problem = non_finite_problem(torch.tensor(1.0), {"loss": loss}, [("w", weight)])
-print(json.dumps({"rank": rank, "problem": problem, "any": any_rank(rank == 1)}))
+result = json.dumps({"rank": rank, "problem": problem, "any": any_rank(rank == 1)})
+with open(f"{sys.argv[1]}/rank{rank}.json", "w") as handle:  # two ranks' stdout lines can interleave
+    handle.write(result)
 """
 
 
@@ -199,11 +201,11 @@ def test_ranks_agree_on_a_non_finite_step(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(script)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(script),
+           str(tmp_path)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = sorted((json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
-                   key=lambda r: r["rank"])
+    lines = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["any"] for r in lines] == [True, True]
     assert lines[0]["problem"] == "non-finite loss term 'loss' (on another rank)"
     assert lines[1]["problem"] == "non-finite loss term 'loss' = nan (summed over this rank's samples)"

@@ -83,7 +83,7 @@ def get_logger(name: str = "") -> logging.Logger:
     """``cosmos_sana`` or a child of it (``get_logger(__name__)`` works too)."""
     if not name or name == ROOT:
         return _root()
-    if not name.startswith(ROOT):
+    if not name.startswith(f"{ROOT}."):  # "cosmos_sana_plugins..." is not a child of "cosmos_sana"
         name = f"{ROOT}.{name}"
     _root()
     return logging.getLogger(name)

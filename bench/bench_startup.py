@@ -1,7 +1,7 @@
 """Start-up of a ``cosmos-rl --config`` launch, split per process and phase; prints JSON.
 
     python bench/bench_startup.py imports [--repeats 3] [--json-out FILE]
-    python bench/bench_startup.py launch --log-dir DIR [--json-out FILE] -- cosmos-rl --config X.toml
+    python bench/bench_startup.py launch --log-dir DIR [--compare] [--json-out FILE] -- cosmos-rl --config X.toml
     python bench/bench_startup.py parse DIR/startup.log
 
 ``imports`` (runs anywhere, CPU included): each of the four processes of a launch, started in a fresh
@@ -15,7 +15,12 @@ interleaved so a shared machine slows both alike; the JSON has every sample and 
 arrive when written), writes each output line to ``DIR/startup.log`` prefixed with the seconds since
 the command started, and reports when each start-up milestone was first seen, the phases between
 them, the end of the run (shutdown after the last step), and the longest silences with the line that
-ended each (an unexplained pause shows up there). ``parse`` reports the same from such a log.
+ended each (an unexplained pause shows up there). With ``--compare`` it runs the command twice,
+first with ``COSMOS_SANA_UPSTREAM_STARTUP=1`` (``before``: cosmos-rl's own start-up and shutdown) in
+``DIR/before``, then as is (``after``) in ``DIR/after``, and adds the difference of each phase;
+``{mode}`` in the command becomes ``before`` / ``after`` (e.g. a recipe per run, so that the second
+launch does not resume the first one's checkpoints).
+``parse`` reports the same from such a log.
 """
 
 from __future__ import annotations
@@ -34,14 +39,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: ``1`` gives a launch cosmos-rl's own start-up and shutdown (cosmos_sana.compat.autoload)
+UPSTREAM_STARTUP_FLAG = "COSMOS_SANA_UPSTREAM_STARTUP"
 #: start-up milestones in launch order: name → pattern of the line that marks it (first match wins)
 MILESTONES: tuple[tuple[str, str], ...] = (
     ("launcher_imported", r"Using rollout backend:"),
     ("controller_started", r"\[Controller\] Using script:"),
     ("controller_imported", r"cosmos-sana bridge active in role Controller"),
-    ("controller_ready", r"Controller is ready at"),
+    ("launcher_proceeds", r"Controller is ready at"),
+    ("controller_answered", r"controller at \S+ answered \d"),
     ("replica_started", r"Launching command: .*torchrun"),
     ("worker_imported", r"cosmos-sana bridge active in role (Policy|Rollout)"),
+    ("worker_configured", r"\[(Policy|Rollout)\] Loaded configuration:"),
     ("model_loaded", r"\] loaded .* \(transformer .*offload="),
     ("meta_init_message", r"Meta init not supported for diffusers trainer"),
     ("first_rollout", r"rollout: \d+ prompts x \d+ in"),
@@ -52,9 +61,11 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("launcher_to_controller_process", "launcher_imported", "controller_started"),
     ("controller_imports", "controller_started", "controller_imported"),
     ("controller_setup", "controller_imported", "controller_ready"),
-    ("controller_ready_to_replica", "controller_ready", "replica_started"),
+    ("launcher_wait_to_replica", "controller_started", "replica_started"),
     ("torchrun_and_worker_imports", "replica_started", "worker_imported"),
-    ("worker_setup_and_model_load", "worker_imported", "model_loaded"),
+    ("worker_imported_to_configured", "worker_imported", "worker_configured"),
+    ("worker_setup_and_model_load", "worker_configured", "model_loaded"),
+    ("start_to_worker_configured", "start", "worker_configured"),
     ("model_loaded_to_first_rollout", "model_loaded", "first_rollout"),
     ("total_to_first_rollout", "start", "first_rollout"),
 )
@@ -83,6 +94,11 @@ def parse_stamped(lines: list[str]) -> dict[str, Any]:
         role = re.search(r"in role (\w+)", text)
         if found and role and role[1] not in bridge_imports:
             bridge_imports[role[1]] = float(found[1])
+    # the controller answers when the launcher proceeds, unless the launcher started the replicas
+    # without waiting (cosmos-sana's patch), which logs when the controller answered
+    ready = seen.get("controller_answered", seen.get("launcher_proceeds"))
+    if ready is not None:
+        seen["controller_ready"] = ready
     phases = {
         name: round(seen[end] - seen[begin], 2)
         for name, begin, end in PHASES
@@ -94,7 +110,10 @@ def parse_stamped(lines: list[str]) -> dict[str, Any]:
     )[:LONGEST_GAPS]
     return {
         "milestones_s": {name: round(value, 2) for name, value in seen.items() if name != "start"},
-        "missing_milestones": [name for name, _ in MILESTONES if name not in seen],
+        "missing_milestones": [
+            name for name in ("controller_ready", *(name for name, _ in MILESTONES)) if name not in seen
+            and name not in ("launcher_proceeds", "controller_answered")
+        ],
         "phases_s": phases,
         "bridge_import_s": bridge_imports,
         "end_s": round(stamped[-1][0], 2),
@@ -105,11 +124,11 @@ def parse_stamped(lines: list[str]) -> dict[str, Any]:
     }
 
 
-def run_launch(command: list[str], log_dir: Path) -> dict[str, Any]:
+def run_launch(command: list[str], log_dir: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``command``, stamping each output line; the parsed result plus the exit status."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "startup.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     started = time.monotonic()
     lines: list[str] = []
     with log_path.open("w") as sink:
@@ -122,8 +141,22 @@ def run_launch(command: list[str], log_dir: Path) -> dict[str, Any]:
             lines.append(line)
         status = proc.wait()
     result = parse_stamped(lines)
-    result.update({"command": command, "exit_status": status, "log": str(log_path)})
+    result.update({"command": command, "env": extra_env or {}, "exit_status": status, "log": str(log_path)})
     return result
+
+
+def compare_launches(command: list[str], log_dir: Path) -> dict[str, Any]:
+    """The launch with cosmos-rl's own start-up (``before``), then with cosmos-sana's patches (``after``)."""
+
+    def for_mode(mode: str) -> list[str]:
+        return [arg.replace("{mode}", mode) for arg in command]
+
+    before = run_launch(for_mode("before"), log_dir / "before", {UPSTREAM_STARTUP_FLAG: "1"})
+    after = run_launch(for_mode("after"), log_dir / "after")
+    phases = before["phases_s"].keys() & after["phases_s"].keys()
+    saved = {name: round(before["phases_s"][name] - after["phases_s"][name], 2) for name in sorted(phases)}
+    saved["end"] = round(before["end_s"] - after["end_s"], 2)
+    return {"before": before, "after": after, "saved_s": saved}
 
 
 # ----------------------------------------------------------------------------- imports (CPU)
@@ -197,7 +230,7 @@ def measure_imports(repeats: int) -> dict[str, Any]:
             for process, (command, env, needle) in _process_commands(recipe).items():
                 modes = ("before", "after") if round_index % 2 == 0 else ("after", "before")
                 for mode in modes:
-                    extra = {**env, "COSMOS_SANA_UPSTREAM_STARTUP": "1"} if mode == "before" else env
+                    extra = {**env, UPSTREAM_STARTUP_FLAG: "1"} if mode == "before" else env
                     seconds = time_process(command, extra, needle)
                     samples.setdefault(process, {}).setdefault(mode, []).append(round(seconds, 2))
     medians = {
@@ -240,6 +273,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     imports.add_argument("--repeats", type=int, default=3)
     launch = sub.add_parser("launch", help="run a launch command and split its start-up")
     launch.add_argument("--log-dir", type=Path, required=True)
+    launch.add_argument("--compare", action="store_true", help="run it before (upstream start-up) and after")
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command, e.g. cosmos-rl --config X.toml")
     parse = sub.add_parser("parse", help="split the start-up of a log written by 'launch'")
     parse.add_argument("log", type=Path)
@@ -253,7 +287,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not command:
             parser.error("launch: give the command after --")
-        result = {"bench": "startup-launch", **run_launch(command, args.log_dir)}
+        run = compare_launches if args.compare else run_launch
+        result = {"bench": "startup-launch", **run(command, args.log_dir)}
     else:
         result = {"bench": "startup-launch", "log": str(args.log), **parse_stamped(args.log.read_text().splitlines())}
     result["environment"] = environment()

@@ -340,3 +340,24 @@ def test_policy_shutdown_ends_with_a_blind_15_s_sleep():
     import threading
 
     assert threading.Thread(target=print)._target is print  # what ``upstream_threads_alive`` reads
+
+
+def test_launcher_waits_for_the_controller_before_any_replica_and_replicas_retry():
+    """Why ``patch_launcher_controller_wait`` is safe: the launcher's only wait for its own controller
+    comes before it starts the replicas; its process monitor stops everything when the controller
+    fails; each replica's first request to the controller is retried."""
+    from cosmos_rl.dispatcher.api.client import APIClient
+    from cosmos_rl.launcher import launch_all
+    from cosmos_rl.policy import policy_entry
+
+    main = inspect.getsource(launch_all.main)
+    assert main.count("wait_for_url_ready(") == 1
+    wait = main.index("wait_for_url_ready(")
+    assert "controller_process[0] if controller_cmd is not None else None" in main[wait:wait + 200]
+    assert wait < main.index("processes.extend(launch_processes(command_collections))")
+    assert "sys.exit(process.returncode)" in inspect.getsource(launch_all.wait_for_url_ready)
+    monitor = inspect.getsource(launch_all._monitor_processes)
+    assert "and process is not controller" in monitor and "victim.kill()" in monitor
+    entry = inspect.getsource(policy_entry.policy_entry)
+    assert entry.index("get_controller_metadata()") < entry.index("init_distributed()")
+    assert "make_request_with_retry(" in inspect.getsource(APIClient.get_controller_metadata)

@@ -253,6 +253,7 @@ STAMPED = """\
 +9.500 | [cosmos] 2026-12-01 11:22:15,130 - cosmos - INFO - Controller is ready at localhost:8000
 +9.600 | Launching command: python -m cosmos_rl.launcher.torchrun --nproc-per-node=1 -m cosmos_rl.policy.train
 +19.600 | [rank0]:[cosmos-sana INFO cosmos_sana.bridge] cosmos-sana bridge active in role Policy (8.2 s after interpreter start); registered
++20.100 | [rank0]:[cosmos] 2026-12-01 11:22:26,130 - cosmos - INFO - [Policy] Loaded configuration: {'controller_execution_id': 'a2'}
 +25.000 | [rank0]:[cosmos-sana INFO cosmos_sana_plugins.sana.model] loaded SanaPipeline on cuda:0 (transformer torch.bfloat16, offload=False)
 +26.000 | [rank0]:[cosmos] - cosmos - CRITICAL - [Policy] Meta init not supported for diffusers trainer.
 +66.000 | [rank0]:[cosmos-sana INFO cosmos_sana_plugins.trainers.rollout] rollout: 2 prompts x 8 in 3.10 s
@@ -270,9 +271,11 @@ def test_bench_splits_a_stamped_launch_log(tmp_path: Path) -> None:
         "launcher_to_controller_process": 0.1,
         "controller_imports": 7.0,
         "controller_setup": 1.5,
-        "controller_ready_to_replica": 0.1,
+        "launcher_wait_to_replica": 8.6,
         "torchrun_and_worker_imports": 10.0,
-        "worker_setup_and_model_load": 5.4,
+        "worker_imported_to_configured": 0.5,
+        "worker_setup_and_model_load": 4.9,
+        "start_to_worker_configured": 20.1,
         "model_loaded_to_first_rollout": 41.0,
         "total_to_first_rollout": 66.0,
     }
@@ -297,3 +300,111 @@ def test_bench_launch_stamps_each_line(tmp_path: Path) -> None:
     assert result["end_s"] - result["milestones_s"]["launcher_imported"] >= 0.45
     lines = (tmp_path / "startup.log").read_text().splitlines()
     assert [line.split(" | ", 1)[1] for line in lines] == ["Using rollout backend: x", "end"]
+
+
+def test_bench_compare_runs_upstream_start_up_first_then_ours(tmp_path: Path) -> None:
+    script = (
+        "import os, sys, time; upstream = os.environ.get('COSMOS_SANA_UPSTREAM_STARTUP') == '1'; "
+        "time.sleep(0.6 if upstream else 0.1); print('Using rollout backend: ' + sys.argv[1])"
+    )
+    result = _bench().main(["launch", "--compare", "--log-dir", str(tmp_path), "--", sys.executable, "-c", script, "{mode}"])
+    assert result["before"]["env"] == {"COSMOS_SANA_UPSTREAM_STARTUP": "1"} and result["after"]["env"] == {}
+    assert result["before"]["command"][-1] == "before" and result["after"]["command"][-1] == "after"
+    assert "Using rollout backend: before" in (tmp_path / "before" / "startup.log").read_text()
+    assert result["saved_s"]["launcher_imports"] >= 0.4
+
+
+# ----------------------------------------------------------------------------- replicas start with the controller
+
+
+@pytest.fixture
+def launch_all_copy():
+    """cosmos-rl's launcher module as a fresh copy (its real ``wait_for_url_ready``), patched in isolation."""
+    import types
+
+    import cosmos_rl.launcher.launch_all as launch_all
+
+    module = types.ModuleType("launch_all_copy")
+    module.wait_for_url_ready = getattr(launch_all.wait_for_url_ready, "__wrapped__", launch_all.wait_for_url_ready)
+    compat.patch_launcher_controller_wait(module)
+    return module
+
+
+def _serve_meta_after(delay_s: float):
+    """An HTTP server answering ``GET /api/meta`` with 200, listening only ``delay_s`` from now."""
+    import http.server
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    class Meta(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/api/meta" else 404)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    servers: list = []
+
+    def serve() -> None:
+        time.sleep(delay_s)
+        servers.append(http.server.HTTPServer(("127.0.0.1", port), Meta))
+        servers[0].serve_forever(poll_interval=0.05)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"127.0.0.1:{port}", servers
+
+
+def test_launcher_starts_replicas_while_the_local_controller_starts(launch_all_copy, caplog) -> None:
+    url, servers = _serve_meta_after(0.5)
+    controller = subprocess.Popen(["sleep", "30"])
+    try:
+        with caplog.at_level("INFO", logger="cosmos_sana"):
+            started = time.monotonic()
+            launch_all_copy.wait_for_url_ready(url, controller)
+            assert time.monotonic() - started < 0.2  # the launcher goes on to start the replicas
+            deadline = time.monotonic() + 10
+            while "answered" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert f"controller at {url} answered" in caplog.text  # upstream's own poll ran to the end
+    finally:
+        controller.kill()
+        controller.wait()
+        for server in servers:
+            server.shutdown()
+
+
+def test_a_remote_controller_is_waited_for_and_a_failed_one_is_left_to_the_monitor(launch_all_copy, caplog) -> None:
+    url, servers = _serve_meta_after(0.5)
+    started = time.monotonic()
+    launch_all_copy.wait_for_url_ready(url, None)  # on another node: upstream's wait, in the caller
+    assert time.monotonic() - started >= 0.5
+    servers[0].shutdown()
+    failed = subprocess.Popen(["sh", "-c", "exit 3"])
+    failed.wait()
+    waiter_count = threading.active_count()
+    with caplog.at_level("INFO", logger="cosmos_sana"):
+        launch_all_copy.wait_for_url_ready("127.0.0.1:9", failed)
+        deadline = time.monotonic() + 5
+        while threading.active_count() > waiter_count and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert threading.active_count() == waiter_count  # upstream's exit ended only the waiting thread
+    assert "answered" not in caplog.text
+
+
+def test_the_cosmos_rl_command_gets_the_patched_wait(ours: Path) -> None:
+    probe = (
+        "import json, os, sys; from cosmos_sana.compat import autoload; "
+        f"print(autoload.activate([sys.executable, '/venv/bin/cosmos-rl', '--config', {str(ours)!r}], dict(os.environ))); "
+        "from cosmos_rl.launcher import launch_all; "
+        "print(json.dumps([getattr(launch_all.wait_for_url_ready, '_cosmos_sana_patch', False), "
+        "'cosmos_rl.policy.model' in sys.modules]))"
+    )
+    for extra, expected in (({}, [True, False]), ({autoload.UPSTREAM_STARTUP_FLAG: "1"}, [False, True])):
+        out = subprocess.run([sys.executable, "-c", probe], env=_clean_env(**extra), capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        lines = out.stdout.strip().splitlines()
+        assert lines[0] == "launcher-flagged" and json.loads(lines[-1]) == expected

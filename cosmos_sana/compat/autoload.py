@@ -16,7 +16,8 @@ only when the command line mentions cosmos (a string test, nothing imported).
   other processes, cosmos-rl's package bodies (``cosmos_rl/__init__.py`` imports every
   subpackage, model auto-discovery included) run only once something asks for a name they
   define (:func:`defer_cosmos_rl_package_bodies`); a full import of cosmos-rl there cost as
-  much as in the roles that train.
+  much as in the roles that train. The launcher also starts the replicas without waiting for the
+  controller to answer first (:func:`cosmos_sana.compat.cosmos_rl.patch_launcher_controller_wait`).
 * The Sol-RL how-to's forms ``cosmos-rl --config X.toml cosmos_rl.tools.dataset.diffusion_nft``
   (NFT) and ``... cosmos_rl.tools.dataset.diffusers_dataset`` (SFT) are redirected the same
   way in every role, so upstream's dataset script (its own prompt sets and packer) never runs
@@ -28,6 +29,7 @@ Standard library only: this runs before anything else in those processes.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -230,6 +232,44 @@ def defer_cosmos_rl_package_bodies() -> None:
         sys.meta_path.insert(0, DeferredPackageFinder())
 
 
+#: upstream module → (our module, function) called with it right after it is imported, in the launcher
+LAUNCHER_POST_IMPORT_PATCHES = {
+    "cosmos_rl.launcher.launch_all": ("cosmos_sana.compat.cosmos_rl", "patch_launcher_controller_wait"),
+}
+
+
+class _PatchAfterLoader(importlib.abc.Loader):
+    """Runs the module as usual, then hands it to the patch named in :data:`LAUNCHER_POST_IMPORT_PATCHES`.
+    Anything else (``get_code`` for ``python -m``, which then runs unpatched) goes to the real loader."""
+
+    def __init__(self, real_loader: importlib.abc.Loader, patch: tuple[str, str]) -> None:
+        self.real_loader = real_loader
+        self.patch = patch
+
+    def __getattr__(self, name: str):
+        return getattr(self.real_loader, name)
+
+    def create_module(self, spec):
+        return self.real_loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.real_loader.exec_module(module)
+        module_name, function = self.patch
+        getattr(importlib.import_module(module_name), function)(module)
+
+
+class PostImportPatchFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        patch = LAUNCHER_POST_IMPORT_PATCHES.get(fullname)
+        if patch is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _PatchAfterLoader(spec.loader, patch)
+        return spec
+
+
 def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
     """Install the right hook for this process; returns what it did (for tests)."""
     argv = list(sys.orig_argv if argv is None else argv)
@@ -245,6 +285,7 @@ def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
             environ[ENV_FLAG] = "1"
             if environ.get(UPSTREAM_STARTUP_FLAG) != "1":
                 defer_cosmos_rl_package_bodies()
+                sys.meta_path.insert(0, PostImportPatchFinder())
             return "launcher-flagged"
         return "launcher-not-ours"
     if environ.get("COSMOS_ROLE") and environ.get(ENV_FLAG) == "1":

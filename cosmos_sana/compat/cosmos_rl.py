@@ -337,6 +337,42 @@ def patch_shutdown_sleep() -> None:
     rl_worker.RLPolicyWorker.handle_shutdown = handle_shutdown
 
 
+def patch_launcher_controller_wait(launch_all: types.ModuleType) -> None:
+    """cosmos-rl's launcher starts the controller, then waits until it answers HTTP
+    (``wait_for_url_ready``, polling every second) before it starts any replica, so each replica's
+    imports (torch, diffusers, all of cosmos-rl) only begin once the controller's have ended. A
+    replica needs the controller only for its first request, which it retries until the controller
+    answers (``get_controller_metadata``: every 1–2 s at first). With the controller started here,
+    the wait moves to a background thread, and the replicas start at once; the launcher's process
+    monitor still stops the whole launch if the controller fails. A controller on another node is
+    waited for as before. Called by :mod:`cosmos_sana.compat.autoload` right after the launcher
+    module is imported (the ``cosmos-rl`` command)."""
+    import threading
+    import time
+
+    upstream = launch_all.wait_for_url_ready
+    if getattr(upstream, "_cosmos_sana_patch", False):
+        return
+
+    def wait_for_url_ready(url: str, process: Any = None) -> None:
+        if process is None:
+            return upstream(url, process)
+        started = time.monotonic()
+
+        def watch() -> None:
+            try:
+                upstream(url, process)
+            except SystemExit:
+                return  # upstream logged why; the launcher's process monitor stops the launch
+            logger.info("controller at %s answered %.1f s after its start", url, time.monotonic() - started)
+
+        threading.Thread(target=watch, name="cosmos-sana-controller-wait", daemon=True).start()
+        logger.info("starting the replicas while the controller at %s starts (they retry until it answers)", url)
+
+    wait_for_url_ready._cosmos_sana_patch = True  # type: ignore[attr-defined]
+    launch_all.wait_for_url_ready = wait_for_url_ready
+
+
 def startup_patches_enabled() -> bool:
     """False when ``COSMOS_SANA_UPSTREAM_STARTUP=1`` asks for cosmos-rl's own start-up and shutdown."""
     from cosmos_sana.compat.autoload import UPSTREAM_STARTUP_FLAG

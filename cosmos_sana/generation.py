@@ -284,6 +284,10 @@ def generate(
     sample = generator_for(loaded.pipeline_class)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(out)
+    source = loaded.path.resolve()
+    if loaded.kind == "checkpoint" and (out.resolve() == source or source in out.resolve().parents):
+        raise ValueError(f"--out {out}: inside the checkpoint {loaded.path}, which pruning (keep_last) deletes; "
+                         "choose a folder outside it")
     prepare_output(out)
     started = time.perf_counter()
     trained = loaded.pipeline.to(device)

@@ -231,3 +231,10 @@ def test_corrupt_run_config_is_named(checkpoint: Path, tmp_path: Path, capsys) -
     assert main(["generate", str(copy), "--prompt", PROMPT, "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {copy / 'run_config.json'}: invalid JSON"), err
+
+
+def test_out_inside_the_checkpoint_is_refused(checkpoint: Path, capsys) -> None:
+    out = checkpoint / "samples"
+    assert main(["generate", str(checkpoint), "--prompt", PROMPT, "--out", str(out)]) == 1
+    assert f"--out {out}: inside the checkpoint {checkpoint}" in capsys.readouterr().err
+    assert not out.exists()

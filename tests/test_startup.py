@@ -408,3 +408,47 @@ def test_the_cosmos_rl_command_gets_the_patched_wait(ours: Path) -> None:
         assert out.returncode == 0, out.stderr[-3000:]
         lines = out.stdout.strip().splitlines()
         assert lines[0] == "launcher-flagged" and json.loads(lines[-1]) == expected
+
+
+@pytest.mark.slow
+def test_cpu_launch_configures_the_worker_with_the_replica_started_beside_the_controller(
+    tiny_image_pipeline_dir: Path, tmp_path: Path
+) -> None:
+    """A real ``cosmos-rl --config`` launch of a tiny recipe (a fake ``nvidia-smi`` lets the launcher
+    start): the replica starts before the controller answers, the worker still gets its configuration
+    from the controller, and the launch ends only at NCCL set-up, which needs a GPU."""
+    import signal
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 0\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    venv_bin = Path(sys.executable).parent
+    env = _clean_env(PATH=f"{bin_dir}:{venv_bin}:{os.environ['PATH']}", PYTHONUNBUFFERED="1")
+    recipe = Path(__file__).resolve().parents[1] / "toml" / "tiny" / "sana-image-nft.toml"
+    subprocess.run(
+        [str(venv_bin / "cosmos-sana"), "validate", str(recipe), "--set", f"policy.model_name_or_path={tiny_image_pipeline_dir}",
+         "--set", f"train.output_dir={tmp_path / 'out'}", "--dump", str(tmp_path / "run.toml")],
+        env=env, check=True, capture_output=True, timeout=120,
+    )
+    log = tmp_path / "launch.log"
+    with log.open("w") as sink:
+        launch = subprocess.Popen(
+            [str(venv_bin / "cosmos-rl"), "--config", str(tmp_path / "run.toml")],
+            env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path,
+        )
+        try:
+            status = launch.wait(timeout=240)
+        finally:
+            if launch.poll() is None:
+                os.killpg(launch.pid, signal.SIGKILL)
+                launch.wait()
+    text = log.read_text()
+
+    def at(needle: str) -> int:
+        assert needle in text, f"{needle!r} not logged:\n{text[-4000:]}"
+        return text.index(needle)
+
+    assert at("starting the replicas while the controller") < at("Launching command:") < at("answered")
+    assert at("cosmos-sana bridge active in role Policy") < at("[Policy] Loaded configuration:")
+    assert status != 0 and "ProcessGroupNCCL is only supported with GPUs" in text

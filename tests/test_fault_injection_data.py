@@ -115,7 +115,7 @@ ESCAPES: dict[str, tuple[Callable[[Path, Path], Path], str, str]] = {
     # case: (build the dataset beside ``outside``; the file the error names; words of the reason)
     "image symlink": (_image_link, "leak.png", "outside the dataset root"),
     "caption symlink to a passwd file": (_caption_link, "leak.txt", "outside the dataset root"),
-    "folder symlink": (_folder_link, "leak/x.png", "outside the dataset root"),
+    "folder symlink": (_folder_link, "leak", "outside the dataset root"),  # the link, its files never listed
     "jsonl media symlink": (_jsonl_link, "leak.png", "outside the dataset root"),
     "sana_meta media symlink": (_sana_meta_link, "leak.png", "outside the dataset root"),
     "zip archive symlink": (_zip_link, "clips.zip", "outside the dataset root"),
@@ -234,4 +234,19 @@ def test_broken_sample_is_named_by_data_check(case: str, tmp_path: Path, capsys:
     assert len(report["bad_samples"]) == 1, report["bad_samples"]
     bad = report["bad_samples"][0]
     assert Path(bad["where"]).name.startswith("bad.") and words in bad["reason"], bad
+    assert sum(report["counts"].values()) == 1
+
+
+@pytest.mark.fault("refused")
+def test_link_to_an_ancestor_is_one_bad_sample_and_is_not_walked(
+    tmp_path: Path, outside: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A link to a folder above the root (here the folder holding ``private/`` too) is named once; the
+    tree it leads to is not listed, so none of its files appear as samples or as bad samples."""
+    root = good_folder(tmp_path / "data")
+    (root / "up").symlink_to(tmp_path, target_is_directory=True)
+    assert main(["data", "check", str(root), "--size", "16", "16", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)[0]
+    assert [bad["where"] for bad in report["bad_samples"]] == [str(root / "up")]
+    assert "outside the dataset root" in report["bad_samples"][0]["reason"]
     assert sum(report["counts"].values()) == 1

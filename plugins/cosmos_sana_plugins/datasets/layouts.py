@@ -213,7 +213,10 @@ def discover(
     resolved = detect_layout(path) if layout == "auto" else layout
     if not path.exists():
         raise DatasetError(f"{path}: no such file or directory")
-    finders = {"folder": _folder, "sana_meta": _sana_meta, "jsonl": _jsonl, "imagefolder": _imagefolder, "zip": _zip}
+    def folder(root: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:
+        return _folder(root, modalities, allow_outside_root=allow_outside_root)
+
+    finders = {"folder": folder, "sana_meta": _sana_meta, "jsonl": _jsonl, "imagefolder": _imagefolder, "zip": _zip}
     if resolved not in finders:
         raise DatasetError(f"{path}: unknown layout {resolved!r} (one of {sorted(finders)})")
     named = path.resolve()  # a manifest's samples are relative to the folder it is named in, link or not
@@ -231,10 +234,17 @@ def discover(
     return refs, candidates
 
 
-def _folder(root: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:
+def _folder(
+    root: Path, modalities: tuple[Modality, ...], *, allow_outside_root: bool = False
+) -> Iterator[SampleRef | BadSampleError]:
     if not root.is_dir():
         raise DatasetError(f"{root}: layout 'folder' needs a directory")
-    files = sorted(p for p in _files_under(root) if not _hidden(p.relative_to(root)))
+    found, outside = _files_under(root, allow_outside_root)
+    for link in outside:
+        if not _hidden(link.relative_to(root)):
+            yield BadSampleError(link, f"resolves to {link.resolve()}, outside the dataset root {root.resolve()} "
+                                 "(a symbolic link to a folder); set args.allow_outside_root = true to read it")
+    files = sorted(p for p in found if not _hidden(p.relative_to(root)))
     stems: dict[Path, list[Path]] = {}
     for file in files:
         stems.setdefault(file.with_suffix(""), []).append(file)
@@ -253,11 +263,15 @@ def _folder(root: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef 
             yield from _zip(archive, modalities)
 
 
-def _files_under(root: Path) -> list[Path]:
+def _files_under(root: Path, allow_outside_root: bool) -> tuple[list[Path], list[Path]]:
     """Every file below ``root``, entering linked folders too (each real folder once, so a link
-    cycle ends); :func:`discover` then refuses files that resolve outside the dataset."""
+    cycle ends), and the linked folders not entered because they lead outside ``root`` (unless
+    ``allow_outside_root``: a link to a large tree is not listed only to refuse its files);
+    :func:`discover` then refuses files that resolve outside the dataset."""
+    top = Path(os.path.realpath(root))
     seen: set[str] = set()
     files: list[Path] = []
+    outside: list[Path] = []
     for folder, subfolders, names in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
         if real in seen:
@@ -265,7 +279,12 @@ def _files_under(root: Path) -> list[Path]:
             continue
         seen.add(real)
         files.extend(path for path in (Path(folder) / name for name in names) if path.is_file())
-    return files
+        if not allow_outside_root:
+            leaving = [name for name in subfolders
+                       if not Path(os.path.realpath(Path(folder) / name)).is_relative_to(top)]
+            outside.extend(Path(folder) / name for name in leaving)
+            subfolders[:] = [name for name in subfolders if name not in leaving]
+    return files, sorted(outside)
 
 
 def _with_sidecar(root: Path, file: Path, sidecars: dict[str, Path]) -> SampleRef | BadSampleError:

@@ -201,8 +201,8 @@ def test_ranks_agree_on_a_non_finite_step(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(script),
-           str(tmp_path)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           str(script), str(tmp_path)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sampling.add_argument("--chi", choices=("off", "image", "video"),
                           help="complex-human-instruction prefix (default: the run's [custom.model] setting, else off)")
     sampling.add_argument("--seed", type=int, default=0, help="image j of every prompt uses seed + j (default 0)")
-    sampling.add_argument("--batch", type=positive_int, default=1, help="images per prompt, sampled in one batch (default 1)")
+    sampling.add_argument("--batch", type=positive_int, default=1,
+                          help="images per prompt, sampled in one batch (default 1)")
     weights = parser.add_argument_group("weights")
     weights.add_argument("--compare-base", action="store_true",
                          help="also sample the base with the same seeds; writes base/ and compare/ grids (per seed: base | trained)")
@@ -78,5 +79,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     written = sum(len(names) for names in record["files"].values())
-    print(f"wrote {written} file{'s' if written != 1 else ''} to {out.resolve()} (settings: {(out / GENERATE_FILE).resolve()})")
+    print(f"wrote {written} file{'s' if written != 1 else ''} to {out.resolve()} "
+          f"(settings: {(out / GENERATE_FILE).resolve()})")
     return 0

@@ -73,6 +73,8 @@ STEP_LINE = re.compile(r"\bstep[ =:]+(\d+)\b", re.IGNORECASE)
 IMPORT_SECONDS = re.compile(r"bridge active in role \w+ \((\d+(?:\.\d+)?) s after interpreter start\)")
 STAMP = re.compile(r"^\+(\d+\.\d+) \| (.*)$")
 LONGEST_GAPS = 6
+#: how long output is still read after the command exited
+OUTPUT_GRACE_S = 10.0
 
 
 def parse_stamped(lines: list[str]) -> dict[str, Any]:
@@ -134,14 +136,26 @@ def run_launch(command: list[str], log_dir: Path, extra_env: dict[str, str] | No
     with log_path.open("w") as sink:
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         assert proc.stdout is not None
-        for text in proc.stdout:
-            line = f"+{time.monotonic() - started:.3f} | {text.rstrip()}"
-            sink.write(line + "\n")
-            sink.flush()
-            lines.append(line)
+
+        def read(stream: Any) -> None:
+            for text in stream:
+                line = f"+{time.monotonic() - started:.3f} | {text.rstrip()}"
+                sink.write(line + "\n")
+                sink.flush()
+                lines.append(line)
+
+        reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
+        reader.start()
         status = proc.wait()
-    result = parse_stamped(lines)
-    result.update({"command": command, "env": extra_env or {}, "exit_status": status, "log": str(log_path)})
+        exited = time.monotonic() - started
+        # a process the command left behind may hold the output open: stop reading a while after the exit
+        reader.join(timeout=OUTPUT_GRACE_S)
+        output_left_open = reader.is_alive()
+    result = parse_stamped(list(lines))
+    result.update({
+        "command": command, "env": extra_env or {}, "exit_status": status, "exit_s": round(exited, 2),
+        "output_left_open": output_left_open, "log": str(log_path),
+    })
     return result
 
 

@@ -452,3 +452,13 @@ def test_cpu_launch_configures_the_worker_with_the_replica_started_beside_the_co
     assert at("starting the replicas while the controller") < at("Launching command:") < at("answered")
     assert at("cosmos-sana bridge active in role Policy") < at("[Policy] Loaded configuration:")
     assert status != 0 and "ProcessGroupNCCL is only supported with GPUs" in text
+
+
+def test_bench_launch_stops_reading_when_a_left_behind_process_holds_the_output(tmp_path: Path, monkeypatch) -> None:
+    bench = _bench()
+    monkeypatch.setattr(bench, "OUTPUT_GRACE_S", 0.5)
+    command = ["sh", "-c", "echo 'Using rollout backend: x'; sleep 30 & exit 0"]
+    started = time.monotonic()
+    result = bench.main(["launch", "--log-dir", str(tmp_path), "--", *command])
+    assert time.monotonic() - started < 10
+    assert result["exit_status"] == 0 and result["output_left_open"] is True and "launcher_imported" in result["milestones_s"]

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cosmos_sana.commands.arg_types import device
+from cosmos_sana.commands.arg_types import device, positive_int, video_frames
 
 HELP = (
     "export a DCP checkpoint (training iter_N folder, a training output dir = its latest, or a convert-to-dcp "
@@ -41,9 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-shard-size", default="5GB", help="safetensors shard size for pipeline exports")
     verify = parser.add_argument_group("verification")
     verify.add_argument("--verify", action="store_true", help="load the export, generate once, reject NaN/constant output")
-    verify.add_argument("--verify-size", type=int, default=256, help="square resolution of the test sample (default 256)")
-    verify.add_argument("--verify-steps", type=int, default=2, help="sampling steps (default 2)")
-    verify.add_argument("--verify-frames", type=int, default=5, help="frames for video pipelines (4k+1, default 5)")
+    verify.add_argument("--verify-size", type=positive_int, default=256, help="square resolution of the test sample (default 256)")
+    verify.add_argument("--verify-steps", type=positive_int, default=2, help="sampling steps (default 2)")
+    verify.add_argument("--verify-frames", type=video_frames, default=5, help="frames for video pipelines (4k+1, default 5)")
     verify.add_argument("--device", type=device, help="device for --verify (default: cuda if available, else cpu)")
     parser.add_argument("--push-to-hub", metavar="REPO", help="upload the export to this Hugging Face Hub model repo")
 

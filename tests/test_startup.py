@@ -462,3 +462,17 @@ def test_bench_launch_stops_reading_when_a_left_behind_process_holds_the_output(
     result = bench.main(["launch", "--log-dir", str(tmp_path), "--", *command])
     assert time.monotonic() - started < 10
     assert result["exit_status"] == 0 and result["output_left_open"] is True and "launcher_imported" in result["milestones_s"]
+
+
+@pytest.mark.parametrize(
+    ("argv_tail", "module"),
+    [
+        (["-m", "cosmos_rl.launcher.torchrun", "--nproc-per-node=1"], "cosmos_rl.launcher.torchrun"),
+        (["-u", "-X", "importtime", "-W", "ignore", "-m", "cosmos_rl.policy.train"], "cosmos_rl.policy.train"),
+        (["script.py", "-m", "x"], None),
+        (["-c", "import x"], None),
+        (["-m"], None),
+    ],
+)
+def test_the_module_of_an_interpreter_command_line(argv_tail: list[str], module: str | None) -> None:
+    assert autoload._argv_module([sys.executable, *argv_tail]) == module

@@ -78,12 +78,19 @@ DEFERRED_PACKAGES = ("cosmos_rl", "cosmos_rl.launcher", "cosmos_rl.dispatcher.da
 BRIDGE_CODE = "from cosmos_sana.bridge import main\nmain()\n"
 
 
+#: interpreter options whose value is the next argument (``python -X importtime -m ...``)
+_OPTIONS_WITH_VALUE = frozenset({"-X", "-W"})
+
+
 def _argv_module(argv: list[str]) -> str | None:
     """The module name after ``-m`` in an interpreter command line, if any."""
-    for flag_index, arg in enumerate(argv[1:], start=1):
-        if arg == "-m" and flag_index + 1 < len(argv):
-            return argv[flag_index + 1]
-        if not arg.startswith("-"):
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, None)
+        if arg in _OPTIONS_WITH_VALUE:
+            next(args, None)
+        elif not arg.startswith("-"):
             return None
     return None
 

@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not wants_verbose(argv):
         quiet_third_party()
-    args = build_parser(argv).parse_args(argv)
-    with redacted_stderr():
+    with redacted_stderr():  # usage errors quote the values given too
+        args = build_parser(argv).parse_args(argv)
         return int(args._run(args) or 0)
 
 

@@ -207,3 +207,12 @@ def test_command_error_lines_are_masked(monkeypatch: pytest.MonkeyPatch, capsys:
     missing = f"/nonexistent/{SECRET_ENV['MY_DB_PASSWORD']}/{HF_TOKEN}"
     assert main(["generate", missing, "--prompt", "a cat"]) == 1
     assert capsys.readouterr().err == f"error: /nonexistent/{MASK}/{MASK}: does not exist\n"
+
+
+@pytest.mark.fault("refused")
+def test_usage_errors_are_masked(capsys: pytest.CaptureFixture) -> None:
+    """argparse quotes a rejected value: a token pasted into the wrong option stays hidden."""
+    with pytest.raises(SystemExit):
+        main(["generate", "x", "--prompt", "a cat", "--steps", HF_TOKEN])
+    err = capsys.readouterr().err
+    assert f"argument --steps: expected a whole number, got '{MASK}'" in err and HF_TOKEN not in err

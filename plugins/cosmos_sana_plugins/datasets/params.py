@@ -7,11 +7,20 @@ Sizes, frame counts and the model id default to cosmos-rl's own fields
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from cosmos_sana.config.base import StrictModel
+
+#: the shipped prompt sets, ``builtin:NAME`` → (file under ``PROMPTS_DIR``, format)
+BUILTIN_PROMPTS = {
+    "demo": ("demo.txt", "text"),
+    "ocr": ("ocr.txt", "ocr"),
+    "geneval": ("geneval_metadata.jsonl", "geneval"),
+}
+PROMPTS_DIR = Path(__file__).parent / "prompts"
 
 MediaLayout = Literal["auto", "folder", "sana_meta", "imagefolder", "jsonl", "zip"]
 
@@ -85,11 +94,9 @@ class PromptDataParams(StrictModel):
     @field_validator("path")
     @classmethod
     def _known_builtin(cls, value: str) -> str:
-        from cosmos_sana_plugins.datasets.prompts import BUILTIN  # prompts imports this module
-
         name = value.removeprefix("builtin:")
-        if value.startswith("builtin:") and name not in BUILTIN:
-            raise ValueError(f"unknown builtin prompt set {name!r} (have {sorted(BUILTIN)})")
+        if value.startswith("builtin:") and name not in BUILTIN_PROMPTS:
+            raise ValueError(f"unknown builtin prompt set {name!r} (have {sorted(BUILTIN_PROMPTS)})")
         return value
 
 

@@ -22,16 +22,9 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from cosmos_sana_plugins.datasets.errors import BadSampleError, BadSamplePolicy, DatasetError, OnBadSample, json_object
-from cosmos_sana_plugins.datasets.params import PromptDataParams
+from cosmos_sana_plugins.datasets.params import BUILTIN_PROMPTS, PROMPTS_DIR, PromptDataParams
 from cosmos_sana_plugins.datasets.report import DataReport
 
-BUILTIN_DIR = Path(__file__).parent / "prompts"
-#: builtin:NAME → (file under prompts/, format)
-BUILTIN = {
-    "demo": ("demo.txt", "text"),
-    "ocr": ("ocr.txt", "ocr"),
-    "geneval": ("geneval_metadata.jsonl", "geneval"),
-}
 _QUOTED = re.compile(r'"([^"]*)"')
 
 
@@ -45,10 +38,10 @@ def resolve_source(path: str, fmt: str) -> tuple[Path, str]:
     """The prompt file and its concrete format (``auto`` resolved)."""
     if path.startswith("builtin:"):
         name = path.removeprefix("builtin:")
-        if name not in BUILTIN:
-            raise DatasetError(f"args.path: unknown builtin prompt set {name!r} (have {sorted(BUILTIN)})")
-        file_name, builtin_format = BUILTIN[name]
-        return BUILTIN_DIR / file_name, builtin_format if fmt == "auto" else fmt
+        if name not in BUILTIN_PROMPTS:
+            raise DatasetError(f"args.path: unknown builtin prompt set {name!r} (have {sorted(BUILTIN_PROMPTS)})")
+        file_name, builtin_format = BUILTIN_PROMPTS[name]
+        return PROMPTS_DIR / file_name, builtin_format if fmt == "auto" else fmt
     file = Path(path)
     if not file.is_file():
         raise DatasetError(f"{file}: no such prompt file")

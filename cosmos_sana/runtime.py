@@ -10,27 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ValidationError
-
-from cosmos_sana.config import ComponentRef
 from cosmos_sana.plugin_manager import PluginRegistry
-from cosmos_sana.settings import SettingsError, format_validation_error, settings_of
-
-
-def component_params(registry: PluginRegistry, kind: str, ref: ComponentRef, where: str) -> Any:
-    """Validate ``ref.args`` against the component's params model (strict)."""
-    spec = registry.get(kind, ref.name)
-    model = spec.params_model()
-    if model is None:
-        if ref.args:
-            raise SettingsError(f"{where}.args: {kind} {ref.name!r} takes no args, got {sorted(ref.args)}")
-        return None
-    try:
-        return model.model_validate(ref.args)
-    except ValidationError as exc:
-        raise SettingsError(
-            f"{where}.args: invalid args for {kind} {ref.name!r}\n{format_validation_error(exc, where + '.args')}"
-        ) from exc
+from cosmos_sana.settings import component_params, settings_of
 
 
 def dataset_factory(registry: PluginRegistry, field: str) -> Callable[[Any], Any] | None:

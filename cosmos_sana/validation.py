@@ -275,8 +275,7 @@ def check_required_plugins(required: list[str], registry: PluginRegistry) -> lis
 
 def check_components(refs: list[tuple[str, str, Any]], registry: PluginRegistry) -> list[Issue]:
     """Each component's ``args`` against the params model of the plugin that registered its name."""
-    from cosmos_sana.runtime import component_params
-    from cosmos_sana.settings import SettingsError
+    from cosmos_sana.settings import SettingsError, component_params
 
     issues = []
     for kind, where, ref in refs:

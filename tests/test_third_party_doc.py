@@ -75,7 +75,7 @@ def test_the_examples_work_from_a_recipe(site: Path, tmp_path: Path, monkeypatch
     from cosmos_sana.config.base import ComponentRef
     from cosmos_sana.plugin_manager import load_plugins
     from cosmos_sana.rewards.scorers import ScorerSet
-    from cosmos_sana.runtime import component_params
+    from cosmos_sana.settings import component_params
     from cosmos_sana.settings import SettingsError, parse_custom
 
     monkeypatch.syspath_prepend(str(site))

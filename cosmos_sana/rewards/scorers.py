@@ -10,7 +10,7 @@ from cosmos_sana.config import RewardRef, SanaCustomConfig
 from cosmos_sana.plugin_manager import PluginRegistry
 from cosmos_sana.rewards.combine import check_scores, combine
 from cosmos_sana.rewards.video import score_video_frames
-from cosmos_sana.runtime import component_params
+from cosmos_sana.settings import component_params
 from cosmos_sana.specs import RewardSpec
 
 ScoreFn = Callable[[Any, list[str], list[dict]], Sequence[float]]

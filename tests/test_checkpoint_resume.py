@@ -36,7 +36,7 @@ class Batches:
     """Batches drawn from the project's resumable ``EpochSampler``, epoch after epoch."""
 
     def __init__(self, n: int, seed: int):
-        from cosmos_sana_plugins.datasets.sampling import EpochSampler
+        from cosmos_sana.sample_order import EpochSampler
 
         self.sampler = EpochSampler(n, seed=seed)
         self._indices: Iterator[int] | None = None

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from cosmos_sana_plugins.datasets.sampling import BucketBatchSampler, EpochSampler, epoch_permutation
+from cosmos_sana.sample_order import BucketBatchSampler, EpochSampler, epoch_permutation
 
 
 def test_epoch_permutation_is_torch_randperm_of_seed_plus_epoch():

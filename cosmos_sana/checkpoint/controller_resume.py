@@ -3,7 +3,7 @@
 cosmos-rl's controller owns the prompt stream (its sampler) and the step count, and knows
 only its own checkpoints. :class:`SanaControllerResume` is the ``ControllerResumeAdapter``
 cosmos-rl 0.4.7 accepts, together with the sampler it restores: an
-:class:`~cosmos_sana_plugins.datasets.sampling.EpochSampler` seeded with
+:class:`~cosmos_sana.sample_order.EpochSampler` seeded with
 ``train.train_policy.dataloader_seed``, which visits the same order as cosmos-rl's default
 ``DistributedSampler`` and can be put back mid-epoch.
 
@@ -27,8 +27,8 @@ import torch
 
 from cosmos_sana.checkpoint.dcp_io import load_state
 from cosmos_sana.checkpoint.layout import resolve_resume, runs_root
-from cosmos_sana.compat import cosmos_rl as upstream
 from cosmos_sana.log import get_logger
+from cosmos_sana.sample_order import EpochSampler
 
 logger = get_logger(__name__)
 
@@ -91,8 +91,6 @@ class SanaControllerResume:
     def make_sampler(self, data_source: Any, *, num_replicas: int = 1, rank: int = 0,
                      shuffle: bool = True, drop_last: bool = False) -> Any:
         """cosmos-rl's sampler factory signature; the controller calls it once per fetcher."""
-        from cosmos_sana_plugins.datasets.sampling import EpochSampler
-
         self.sampler = EpochSampler(
             data_source, num_replicas=num_replicas, rank=rank, shuffle=shuffle, drop_last=drop_last, seed=self.seed
         )
@@ -105,10 +103,12 @@ class SanaControllerResume:
                 "SanaControllerResume.load_metadata: the controller built no sampler with make_sampler; "
                 "pass sampler=adapter.make_sampler together with resume_adapter=adapter"
             )
+        from cosmos_rl.dispatcher.data.resume import ControllerResumeMetadata
+
         point = find_resume_point(config, len(self.sampler), self.seed)
         if point is None:
             return None
-        return upstream.resume_metadata(
+        return ControllerResumeMetadata(
             checkpoint_path=str(point.checkpoint),
             checkpoint_id=point.checkpoint.name,
             completed_training_steps=point.counters["step"],

@@ -223,13 +223,6 @@ def worker_failure_exit_code() -> int:
     return FATAL_TRANSPORT_EXIT_CODE
 
 
-def resume_metadata(**fields: Any) -> Any:
-    """cosmos-rl's ``ControllerResumeMetadata`` (what a ``ControllerResumeAdapter`` returns)."""
-    from cosmos_rl.dispatcher.data.resume import ControllerResumeMetadata
-
-    return ControllerResumeMetadata(**fields)
-
-
 def patch_colocated_resume() -> None:
     """cosmos-rl's colocated policy process builds a second ``ControllerDataFetcher`` (its local
     controller) and passes it no resume adapter. On a resume the controller has set

@@ -29,7 +29,7 @@ class RealBatches:
     epoch and position) is the whole state a checkpoint needs."""
 
     def __init__(self, dataset: Any, batch_size: int, seed: int):
-        from cosmos_sana_plugins.datasets.sampling import EpochSampler
+        from cosmos_sana.sample_order import EpochSampler
 
         self.dataset, self.batch_size = dataset, batch_size
         self.sampler = EpochSampler(dataset, seed=seed)

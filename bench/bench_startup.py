@@ -7,17 +7,19 @@
 ``imports`` (runs anywhere, CPU included): each of the four processes of a launch, started in a fresh
 interpreter the way cosmos-rl starts it, with our recipe, timed until it has imported what it needs:
 the launcher and the torchrun wrapper until their ``--help`` (printed after their imports), the
-controller and a policy worker until the bridge logs that it is active. Each is run with cosmos-sana's
-start-up patches (``after``) and with ``COSMOS_SANA_UPSTREAM_STARTUP=1`` (``before``), the two
-interleaved so a shared machine slows both alike; the JSON has every sample and the medians.
+controller and a policy worker until the bridge logs that it is active. Each is run as by default
+(``before``: cosmos-rl's own start-up) and with ``COSMOS_SANA_FAST_STARTUP=1`` (``after``: cosmos-sana's
+opt-in start-up patches), the two interleaved so a shared machine slows both alike; the JSON has
+every sample and the medians.
 
 ``launch`` (the GPU machine): runs the command with ``PYTHONUNBUFFERED=1`` (so every process's lines
 arrive when written), writes each output line to ``DIR/startup.log`` prefixed with the seconds since
 the command started, and reports when each start-up milestone was first seen, the phases between
 them, the end of the run (shutdown after the last step), and the longest silences with the line that
 ended each (an unexplained pause shows up there). With ``--compare`` it runs the command twice,
-first with ``COSMOS_SANA_UPSTREAM_STARTUP=1`` (``before``: cosmos-rl's own start-up and shutdown) in
-``DIR/before``, then as is (``after``) in ``DIR/after``, and adds the difference of each phase;
+first with ``COSMOS_SANA_FAST_STARTUP=0`` (``before``: the default, cosmos-rl's own start-up and
+shutdown) in ``DIR/before``, then with ``COSMOS_SANA_FAST_STARTUP=1`` (``after``: cosmos-sana's
+opt-in start-up patches) in ``DIR/after``, and adds the difference of each phase;
 ``{mode}`` in the command becomes ``before`` / ``after`` (e.g. a recipe per run, so that the second
 launch does not resume the first one's checkpoints).
 ``parse`` reports the same from such a log.
@@ -39,8 +41,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: ``1`` gives a launch cosmos-rl's own start-up and shutdown (cosmos_sana.compat.autoload)
-UPSTREAM_STARTUP_FLAG = "COSMOS_SANA_UPSTREAM_STARTUP"
+#: ``1`` opts a launch in to cosmos-sana's start-up patches; anything else keeps cosmos-rl's own
+#: start-up and shutdown, the default (cosmos_sana.compat.autoload)
+FAST_STARTUP_FLAG = "COSMOS_SANA_FAST_STARTUP"
+#: the environment of each mode; ``before`` sets ``0`` so that an opt-in the caller exported does not leak in
+MODE_ENV = {"before": {FAST_STARTUP_FLAG: "0"}, "after": {FAST_STARTUP_FLAG: "1"}}
 #: start-up milestones in launch order: name → pattern of the line that marks it (first match wins)
 MILESTONES: tuple[tuple[str, str], ...] = (
     ("launcher_imported", r"Using rollout backend:"),
@@ -160,13 +165,14 @@ def run_launch(command: list[str], log_dir: Path, extra_env: dict[str, str] | No
 
 
 def compare_launches(command: list[str], log_dir: Path) -> dict[str, Any]:
-    """The launch with cosmos-rl's own start-up (``before``), then with cosmos-sana's patches (``after``)."""
+    """The launch by default (``before``: cosmos-rl's own start-up), then opted in to cosmos-sana's
+    start-up patches (``after``)."""
 
     def for_mode(mode: str) -> list[str]:
         return [arg.replace("{mode}", mode) for arg in command]
 
-    before = run_launch(for_mode("before"), log_dir / "before", {UPSTREAM_STARTUP_FLAG: "1"})
-    after = run_launch(for_mode("after"), log_dir / "after")
+    before = run_launch(for_mode("before"), log_dir / "before", MODE_ENV["before"])
+    after = run_launch(for_mode("after"), log_dir / "after", MODE_ENV["after"])
     phases = before["phases_s"].keys() & after["phases_s"].keys()
     saved = {name: round(before["phases_s"][name] - after["phases_s"][name], 2) for name in sorted(phases)}
     saved["end"] = round(before["end_s"] - after["end_s"], 2)
@@ -244,8 +250,7 @@ def measure_imports(repeats: int) -> dict[str, Any]:
             for process, (command, env, needle) in _process_commands(recipe).items():
                 modes = ("before", "after") if round_index % 2 == 0 else ("after", "before")
                 for mode in modes:
-                    extra = {**env, UPSTREAM_STARTUP_FLAG: "1"} if mode == "before" else env
-                    seconds = time_process(command, extra, needle)
+                    seconds = time_process(command, {**env, **MODE_ENV[mode]}, needle)
                     samples.setdefault(process, {}).setdefault(mode, []).append(round(seconds, 2))
     medians = {
         process: {mode: round(statistics.median(values), 2) for mode, values in by_mode.items()}
@@ -287,7 +292,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     imports.add_argument("--repeats", type=int, default=3)
     launch = sub.add_parser("launch", help="run a launch command and split its start-up")
     launch.add_argument("--log-dir", type=Path, required=True)
-    launch.add_argument("--compare", action="store_true", help="run it before (upstream start-up) and after")
+    launch.add_argument(
+        "--compare", action="store_true", help="run it by default (before), then with COSMOS_SANA_FAST_STARTUP=1 (after)"
+    )
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command, e.g. cosmos-rl --config X.toml")
     parse = sub.add_parser("parse", help="split the start-up of a log written by 'launch'")
     parse.add_argument("log", type=Path)

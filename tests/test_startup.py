@@ -28,7 +28,8 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def _flagged_worker_env(**extra: str) -> dict[str, str]:
-    return _clean_env(COSMOS_ROLE="Policy", **{autoload.ENV_FLAG: "1"}, **extra)
+    """A worker of our recipe's launch with the start-up patches opted in."""
+    return _clean_env(COSMOS_ROLE="Policy", **{autoload.ENV_FLAG: "1", autoload.FAST_STARTUP_FLAG: "1"}, **extra)
 
 
 @pytest.fixture
@@ -45,25 +46,40 @@ def restore_meta_path():
     sys.meta_path[:] = before
 
 
-def test_launch_only_processes_defer_the_package_bodies(ours: Path, restore_meta_path) -> None:
-    def deferring() -> bool:
-        return any(isinstance(finder, autoload.DeferredPackageFinder) for finder in sys.meta_path)
+STARTUP_FINDERS = (autoload.DeferredPackageFinder, autoload.PostImportPatchFinder)
 
-    env: dict[str, str] = {}
-    assert autoload.activate([sys.executable, "/venv/bin/cosmos-rl", "--config", str(ours)], env) == "launcher-flagged"
-    assert deferring()
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, autoload.DeferredPackageFinder)]
+
+def _startup_finders() -> list[type]:
+    return [type(finder) for finder in sys.meta_path if isinstance(finder, STARTUP_FINDERS)]
+
+
+def test_launch_only_processes_defer_the_package_bodies_when_opted_in(ours: Path, restore_meta_path) -> None:
+    launcher = [sys.executable, "/venv/bin/cosmos-rl", "--config", str(ours)]
     wrapper = [sys.executable, "-m", autoload.TORCHRUN_WRAPPER_MODULE, "--nproc-per-node=1", "-m", "x"]
-    assert autoload.activate(wrapper, {"COSMOS_ROLE": "Policy", autoload.ENV_FLAG: "1"}) == "deferred-package-bodies"
-    assert deferring()
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, autoload.DeferredPackageFinder)]
-    # the baseline switch, and a recipe that is not ours, keep upstream's eager imports
-    upstream = {"COSMOS_ROLE": "Policy", autoload.ENV_FLAG: "1", autoload.UPSTREAM_STARTUP_FLAG: "1"}
-    assert autoload.activate(wrapper, upstream) == "inactive"
-    assert autoload.activate(wrapper, {"COSMOS_ROLE": "Policy"}) == "inactive"
-    env = {autoload.UPSTREAM_STARTUP_FLAG: "1"}
-    assert autoload.activate([sys.executable, "/venv/bin/cosmos-rl", "--config", str(ours)], env) == "launcher-flagged"
-    assert not deferring()
+    fast = {autoload.FAST_STARTUP_FLAG: "1"}
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, STARTUP_FINDERS)]
+    assert autoload.activate(launcher, dict(fast)) == "launcher-flagged"
+    assert _startup_finders() == [autoload.PostImportPatchFinder, autoload.DeferredPackageFinder]
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, STARTUP_FINDERS)]
+    worker = {"COSMOS_ROLE": "Policy", autoload.ENV_FLAG: "1"}
+    assert autoload.activate(wrapper, {**worker, **fast}) == "deferred-package-bodies"
+    assert _startup_finders() == [autoload.DeferredPackageFinder]
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, STARTUP_FINDERS)]
+    # by default (or any value but 1), and for a recipe that is not ours, upstream's start-up is untouched
+    for off in ({}, {autoload.FAST_STARTUP_FLAG: "0"}, {autoload.FAST_STARTUP_FLAG: "true"}):
+        assert autoload.activate(wrapper, {**worker, **off}) == "inactive"
+        assert autoload.activate(launcher, dict(off)) == "launcher-flagged"
+        assert _startup_finders() == []
+    assert autoload.activate(wrapper, {"COSMOS_ROLE": "Policy", **fast}) == "inactive"
+
+
+@pytest.mark.parametrize(("value", "enabled"), [(None, False), ("0", False), ("", False), ("1", True)])
+def test_the_shutdown_patch_is_applied_only_when_opted_in(monkeypatch, value: str | None, enabled: bool) -> None:
+    if value is None:
+        monkeypatch.delenv(autoload.FAST_STARTUP_FLAG, raising=False)
+    else:
+        monkeypatch.setenv(autoload.FAST_STARTUP_FLAG, value)
+    assert compat.startup_patches_enabled() is enabled
 
 
 PROBE = """
@@ -122,7 +138,7 @@ def test_launcher_arguments_are_the_same_with_deferred_bodies(ours: Path) -> Non
         assert out.returncode == 0, out.stderr[-3000:]
         return out.stdout
 
-    deferred, eager = help_text(), help_text(**{autoload.UPSTREAM_STARTUP_FLAG: "1"})
+    deferred, eager = help_text(**{autoload.FAST_STARTUP_FLAG: "1"}), help_text()
     assert "Auto-discovering" in eager and "Auto-discovering" not in deferred  # no model discovery here
     assert deferred.startswith("usage: ") and "--config" in deferred and "--log-dir" in deferred
     assert eager[eager.index("usage: "):] == deferred
@@ -302,13 +318,15 @@ def test_bench_launch_stamps_each_line(tmp_path: Path) -> None:
     assert [line.split(" | ", 1)[1] for line in lines] == ["Using rollout backend: x", "end"]
 
 
-def test_bench_compare_runs_upstream_start_up_first_then_ours(tmp_path: Path) -> None:
+def test_bench_compare_runs_the_default_start_up_first_then_the_opt_in(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COSMOS_SANA_FAST_STARTUP", "1")  # an inherited opt-in must not leak into "before"
     script = (
-        "import os, sys, time; upstream = os.environ.get('COSMOS_SANA_UPSTREAM_STARTUP') == '1'; "
-        "time.sleep(0.6 if upstream else 0.1); print('Using rollout backend: ' + sys.argv[1])"
+        "import os, sys, time; fast = os.environ.get('COSMOS_SANA_FAST_STARTUP') == '1'; "
+        "time.sleep(0.1 if fast else 0.6); print('Using rollout backend: ' + sys.argv[1])"
     )
     result = _bench().main(["launch", "--compare", "--log-dir", str(tmp_path), "--", sys.executable, "-c", script, "{mode}"])
-    assert result["before"]["env"] == {"COSMOS_SANA_UPSTREAM_STARTUP": "1"} and result["after"]["env"] == {}
+    assert result["before"]["env"] == {"COSMOS_SANA_FAST_STARTUP": "0"}
+    assert result["after"]["env"] == {"COSMOS_SANA_FAST_STARTUP": "1"}
     assert result["before"]["command"][-1] == "before" and result["after"]["command"][-1] == "after"
     assert "Using rollout backend: before" in (tmp_path / "before" / "startup.log").read_text()
     assert result["saved_s"]["launcher_imports"] >= 0.4
@@ -403,7 +421,7 @@ def test_the_cosmos_rl_command_gets_the_patched_wait(ours: Path) -> None:
         "print(json.dumps([getattr(launch_all.wait_for_url_ready, '_cosmos_sana_patch', False), "
         "'cosmos_rl.policy.model' in sys.modules]))"
     )
-    for extra, expected in (({}, [True, False]), ({autoload.UPSTREAM_STARTUP_FLAG: "1"}, [False, True])):
+    for extra, expected in (({}, [False, True]), ({autoload.FAST_STARTUP_FLAG: "1"}, [True, False])):
         out = subprocess.run([sys.executable, "-c", probe], env=_clean_env(**extra), capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         lines = out.stdout.strip().splitlines()
@@ -414,9 +432,10 @@ def test_the_cosmos_rl_command_gets_the_patched_wait(ours: Path) -> None:
 def test_cpu_launch_configures_the_worker_with_the_replica_started_beside_the_controller(
     tiny_image_pipeline_dir: Path, tmp_path: Path
 ) -> None:
-    """A real ``cosmos-rl --config`` launch of a tiny recipe (a fake ``nvidia-smi`` lets the launcher
-    start): the replica starts before the controller answers, the worker still gets its configuration
-    from the controller, and the launch ends only at NCCL set-up, which needs a GPU."""
+    """A real ``cosmos-rl --config`` launch of a tiny recipe with ``COSMOS_SANA_FAST_STARTUP=1`` (a fake
+    ``nvidia-smi`` lets the launcher start): the replica starts before the controller answers, the worker
+    still gets its configuration from the controller, and the launch ends only at NCCL set-up, which needs
+    a GPU."""
     import signal
 
     bin_dir = tmp_path / "bin"
@@ -424,7 +443,9 @@ def test_cpu_launch_configures_the_worker_with_the_replica_started_beside_the_co
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 0\n")
     (bin_dir / "nvidia-smi").chmod(0o755)
     venv_bin = Path(sys.executable).parent
-    env = _clean_env(PATH=f"{bin_dir}:{venv_bin}:{os.environ['PATH']}", PYTHONUNBUFFERED="1")
+    env = _clean_env(
+        PATH=f"{bin_dir}:{venv_bin}:{os.environ['PATH']}", PYTHONUNBUFFERED="1", **{autoload.FAST_STARTUP_FLAG: "1"}
+    )
     recipe = Path(__file__).resolve().parents[1] / "toml" / "tiny" / "sana-image-nft.toml"
     subprocess.run(
         [str(venv_bin / "cosmos-sana"), "validate", str(recipe), "--set", f"policy.model_name_or_path={tiny_image_pipeline_dir}",

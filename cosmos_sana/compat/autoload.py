@@ -12,7 +12,8 @@ only when the command line mentions cosmos (a string test, nothing imported).
   ``python -m <stock entry module>``, it redirects that one ``-m`` lookup to
   :mod:`cosmos_sana.bridge`, which loads the plugins and calls cosmos-rl's worker
   entry with our datasets, packers and rewards.
-* In the launcher and in the torchrun wrapper of each replica, processes that only start
+* Opt-in (``COSMOS_SANA_FAST_STARTUP=1``; off by default until a full GPU launch has run with it):
+  in the launcher and in the torchrun wrapper of each replica, processes that only start
   other processes, cosmos-rl's package bodies (``cosmos_rl/__init__.py`` imports every
   subpackage, model auto-discovery included) run only once something asks for a name they
   define (:func:`defer_cosmos_rl_package_bodies`); a full import of cosmos-rl there cost as
@@ -43,9 +44,11 @@ INTERPRETER_STARTED = time.monotonic()
 
 ENV_FLAG = "COSMOS_SANA_AUTOLOAD"
 DISABLE_FLAG = "COSMOS_SANA_NO_AUTOLOAD"
-#: ``1`` keeps cosmos-rl's own start-up and shutdown (eager package imports, the blind shutdown
-#: sleep): the baseline a start-up measurement compares against
-UPSTREAM_STARTUP_FLAG = "COSMOS_SANA_UPSTREAM_STARTUP"
+#: ``1`` turns on cosmos-sana's start-up and shutdown patches (deferred package bodies in the
+#: launch-only processes, replicas started beside the controller, the shutdown sleep as a poll).
+#: Unset (the default) or any other value keeps cosmos-rl's own start-up and shutdown: the patches
+#: change the launch path and have only run on CPU, where a launch stops at NCCL set-up.
+FAST_STARTUP_FLAG = "COSMOS_SANA_FAST_STARTUP"
 
 #: Modules cosmos-rl's launch scripts run with ``python -m`` when no script is given.
 STOCK_ENTRY_MODULES = frozenset(
@@ -277,6 +280,11 @@ class PostImportPatchFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def fast_startup(environ: dict | None = None) -> bool:
+    """Whether :data:`FAST_STARTUP_FLAG` asks for cosmos-sana's start-up patches (``os.environ`` by default)."""
+    return (os.environ if environ is None else environ).get(FAST_STARTUP_FLAG) == "1"
+
+
 def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
     """Install the right hook for this process; returns what it did (for tests)."""
     argv = list(sys.orig_argv if argv is None else argv)
@@ -290,7 +298,7 @@ def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
             if script is not None:
                 _refuse(refusal_message(script, config))
             environ[ENV_FLAG] = "1"
-            if environ.get(UPSTREAM_STARTUP_FLAG) != "1":
+            if fast_startup(environ):
                 defer_cosmos_rl_package_bodies()
                 sys.meta_path.insert(0, PostImportPatchFinder())
             return "launcher-flagged"
@@ -298,7 +306,7 @@ def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
     if environ.get("COSMOS_ROLE") and environ.get(ENV_FLAG) == "1":
         module = _argv_module(argv)
         if module == TORCHRUN_WRAPPER_MODULE:
-            if environ.get(UPSTREAM_STARTUP_FLAG) == "1":
+            if not fast_startup(environ):
                 return "inactive"
             defer_cosmos_rl_package_bodies()
             return "deferred-package-bodies"

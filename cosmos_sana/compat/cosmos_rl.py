@@ -367,10 +367,11 @@ def patch_launcher_controller_wait(launch_all: types.ModuleType) -> None:
 
 
 def startup_patches_enabled() -> bool:
-    """False when ``COSMOS_SANA_UPSTREAM_STARTUP=1`` asks for cosmos-rl's own start-up and shutdown."""
-    from cosmos_sana.compat.autoload import UPSTREAM_STARTUP_FLAG
+    """True only when ``COSMOS_SANA_FAST_STARTUP=1`` opts in to cosmos-sana's start-up and shutdown
+    patches; by default cosmos-rl's own start-up and shutdown run unchanged."""
+    from cosmos_sana.compat.autoload import fast_startup
 
-    return os.environ.get(UPSTREAM_STARTUP_FLAG) != "1"
+    return fast_startup()
 
 
 def reports_rewards(parallel_dims: Any) -> bool:

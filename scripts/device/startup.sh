@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Device: start-up of a bare `cosmos-rl --config` launch on one GPU, split per process and phase by
-# bench/bench_startup.py, once with cosmos-rl's own start-up and shutdown (before) and once with
-# cosmos-sana's start-up patches (after). Each launch runs STEPS steps to the end, so the shutdown shows too.
+# bench/bench_startup.py, once by default (before: COSMOS_SANA_FAST_STARTUP=0, cosmos-rl's own start-up and
+# shutdown) and once with COSMOS_SANA_FAST_STARTUP=1 (after: cosmos-sana's opt-in start-up patches), which
+# bench_startup.py --compare sets for each launch. Each launch runs STEPS steps to the end, so the shutdown
+# shows too. Exits non-zero unless both launches ended with status 0 and only the second ran the patches:
+# this is the GPU run that has to pass before the patches can become the default.
 #   bash scripts/device/setup.sh && . /tmp/site/env.sh && bash scripts/device/startup.sh
 # Env: RECIPE (toml/tiny/sana-image-nft.toml), PRESET (make-tiny preset, tiny), STEPS (2), SITE (/tmp/site),
 #      TIMEOUT seconds per launch (240), WORK (/tmp/startup), OUT (report folder, $WORK/report).
@@ -20,3 +23,14 @@ for mode in before after; do  # a fresh output folder each, so the second launch
 done
 python bench/bench_startup.py launch --compare --log-dir "$out/startup" --json-out "$out/startup.json" -- \
     timeout -k 30 "${TIMEOUT:-240}" cosmos-rl --config "$work/run-{mode}.toml"
+python - "$out" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+result = json.loads((out / "startup.json").read_text())
+patched = {mode: "starting the replicas while the controller" in (out / "startup" / mode / "startup.log").read_text()
+           for mode in ("before", "after")}
+status = {mode: result[mode]["exit_status"] for mode in ("before", "after")}
+print(f"exit status {status}; launcher patch seen {patched}; saved_s {result['saved_s']}")
+sys.exit(0 if status == {"before": 0, "after": 0} and patched == {"before": False, "after": True} else 1)
+PY

@@ -22,12 +22,18 @@ def model_spec_for(pipeline_class: str) -> ModelSpec:
     raise NoModelTool(f"no installed cosmos-sana model plugin serves {pipeline_class} pipelines")
 
 
+def model_tool(pipeline_class: str, tool: str) -> Callable[..., Any]:
+    """The :class:`ModelSpec` field ``tool`` (e.g. ``"native_writer"``) of the plugin serving ``pipeline_class``."""
+    spec = model_spec_for(pipeline_class)
+    target = getattr(spec, tool)
+    if target is None:
+        raise NoModelTool(f"model plugin {spec.name!r} has no {tool} for {pipeline_class} pipelines")
+    return resolve(target)
+
+
 def generator_for(pipeline_class: str) -> Callable[..., Any]:
     """``fn(pipe, request) -> Tensor``: how ``cosmos-sana generate`` samples a ``pipeline_class``."""
-    spec = model_spec_for(pipeline_class)
-    if spec.generator is None:
-        raise NoModelTool(f"model plugin {spec.name!r} has no generator for {pipeline_class} pipelines")
-    return resolve(spec.generator)
+    return model_tool(pipeline_class, "generator")
 
 
 def lora_layouts(pipeline_class: str) -> dict[str, Any]:

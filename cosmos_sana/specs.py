@@ -55,12 +55,27 @@ class ModelSpec(_Spec):
     (``B×C×H×W`` images, ``B×T×C×H×W`` videos), ``request`` a :class:`cosmos_sana.generation.GenerationRequest`.
     ``lora_layouts`` are LoRA file layouts of other tools, by ``export --format`` name:
     ``fn(transformer, adapter, out_dir, *, pipeline_class) -> Path`` writes one into ``out_dir``.
+
+    ``lora_writer`` writes ``export --format lora``: ``fn(transformer, adapter, out_dir)`` writes
+    :data:`~cosmos_sana.export.writers.LORA_FILE` (what ``pipe.load_lora_weights`` reads) and the PEFT
+    adapter folder :data:`~cosmos_sana.export.writers.PEFT_FOLDER`.
+    ``native_writer`` writes ``export --format native``: ``fn(transformer, out_dir, *, layout_of) -> Path``
+    writes :data:`~cosmos_sana.export.writers.NATIVE_FILE` (``layout_of``: the native checkpoint the run
+    started from, or None), which ``native_loader`` reads back.
+    ``native_converter`` is ``cosmos-sana convert-native``: ``fn(source, *, base, out, use_ema, torch_dtype)
+    -> Path`` writes a pipeline folder whose transformer comes from a native checkpoint.
+    ``pipeline_check`` is ``fn(pipeline_dir, transformer)``: raises when the pipeline folder a native
+    checkpoint is paired with lacks a component that transformer needs (e.g. the VAE its latents use).
     """
 
     pipeline_classes: tuple[str, ...] = ()
     native_loader: Target = None
     generator: Target = None
     lora_layouts: tuple[tuple[str, Target], ...] = ()
+    lora_writer: Target = None
+    native_writer: Target = None
+    native_converter: Target = None
+    pipeline_check: Target = None
     kind = "model"
 
 

@@ -19,7 +19,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from cosmos_sana.checkpoint.dcp_io import CheckpointError, load_state, non_finite_entry, save_state
 from cosmos_sana.checkpoint.layout import STAGING_PREFIX, publish, write_marker
-from cosmos_sana.checkpoint.pipeline_folder import is_pipeline_folder, load_transformer, model_index
+from cosmos_sana.checkpoint.pipeline_folder import is_pipeline_folder, load_transformer, pipeline_class_name
 from cosmos_sana.checkpoint.states import ModelState, base_key, is_lora_key
 from cosmos_sana.checkpoint.training import META_FILE, MODEL_PART, write_meta
 from cosmos_sana.config.checkpoint import parse_size
@@ -28,7 +28,6 @@ from cosmos_sana.log import get_logger
 logger = get_logger(__name__)
 
 DEFAULT_CHUNK = "5GB"
-WAN_VAE_CLASS = "AutoencoderKLWan"
 
 
 def load_source_transformer(
@@ -37,7 +36,9 @@ def load_source_transformer(
     """``(transformer, base pipeline folder)`` from a pipeline folder or a native SANA checkpoint.
 
     A native checkpoint (``.pth``, ``.safetensors``, ``.index.json``, ``hf://…``) needs
-    ``base``: the pipeline folder whose config, VAE and text encoder it belongs with.
+    ``base``: the pipeline folder whose config, VAE and text encoder it belongs with. The model plugin
+    serving ``base``'s pipeline class reads it (``ModelSpec.native_loader``) and checks ``base`` holds
+    what it needs (``ModelSpec.pipeline_check``).
     """
     if is_pipeline_folder(source):
         return load_transformer(source, dtype), Path(source).resolve()
@@ -48,25 +49,16 @@ def load_source_transformer(
         )
     if not is_pipeline_folder(base):
         raise CheckpointError(f"--base {base}: not a diffusers pipeline folder (no model_index.json)")
-    from cosmos_sana_plugins.sana.native_checkpoint import load_native_transformer
+    from cosmos_sana.model_hooks import model_spec_for, model_tool
+    from cosmos_sana.specs import resolve
 
-    transformer = load_native_transformer(source, base_config=str(base), use_ema=native_use_ema, torch_dtype=dtype)
-    check_components(base, transformer)
+    pipeline_class = pipeline_class_name(base)
+    load_native = model_tool(pipeline_class, "native_loader")
+    transformer = load_native(source, base_config=str(base), use_ema=native_use_ema, torch_dtype=dtype)
+    check = model_spec_for(pipeline_class).pipeline_check
+    if check is not None:
+        resolve(check)(base, transformer)
     return transformer.eval(), Path(base).resolve()
-
-
-def check_components(pipeline: str | Path, transformer: torch.nn.Module) -> None:
-    """The pipeline must hold the VAE the transformer's latents need (SANA-Video: the Wan VAE)."""
-    from cosmos_sana_plugins.sana.native_keys import VIDEO_CLASS
-
-    index = model_index(pipeline)
-    if type(transformer).__name__ == VIDEO_CLASS:
-        vae = index.get("vae") or [None, None]
-        if vae[1] != WAN_VAE_CLASS or not (Path(pipeline) / "vae").is_dir():
-            raise CheckpointError(
-                f"--base {pipeline}: a SANA-Video checkpoint needs the Wan VAE ({WAN_VAE_CLASS} in vae/), "
-                f"found {vae[1]!r}; pass a SanaVideoPipeline folder"
-            )
 
 
 def _check_replaceable(out: Path) -> None:

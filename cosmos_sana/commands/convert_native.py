@@ -1,4 +1,6 @@
-"""``cosmos-sana convert-native SRC --base PIPELINE --out DIR``: native SANA checkpoint → diffusers folder."""
+"""``cosmos-sana convert-native SRC --base PIPELINE --out DIR``: native SANA checkpoint → diffusers folder.
+
+The model plugin serving ``--base``'s pipeline class converts (``ModelSpec.native_converter``)."""
 
 from __future__ import annotations
 
@@ -25,14 +27,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from cosmos_sana_plugins.sana.native_checkpoint import NativeCheckpointError, convert_to_pipeline
+    from cosmos_sana.checkpoint.dcp_io import CheckpointError
+    from cosmos_sana.checkpoint.pipeline_folder import pipeline_class_name
+    from cosmos_sana.model_hooks import NoModelTool, model_tool
 
     try:
-        out = convert_to_pipeline(
+        convert = model_tool(pipeline_class_name(args.base), "native_converter")
+        out = convert(
             args.source, base=args.base, out=args.out, use_ema=args.ema,
             torch_dtype=getattr(torch, args.dtype) if args.dtype else None,
         )
-    except NativeCheckpointError as exc:
+    except (CheckpointError, NoModelTool) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {out}")

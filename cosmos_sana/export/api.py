@@ -3,9 +3,9 @@
 Formats:
 
 * ``diffusers`` — full pipeline folder (sharded safetensors + index json);
-* ``lora``      — ``pytorch_lora_weights.safetensors`` + ``peft_adapter/``;
+* ``lora``      — ``pytorch_lora_weights.safetensors`` + ``peft_adapter/`` (written by the model plugin);
 * ``merged``    — the LoRA folded into the base weights, as a full pipeline folder;
-* ``native``    — ``sana_native.pth`` in native SANA key layout (LoRA merged first);
+* ``native``    — ``sana_native.pth`` in native SANA key layout (LoRA merged first; written by the model plugin);
 * ``comfyui``   — the LoRA in the layout ComfyUI's LoRA loader reads (written by the model plugin).
 
 Every export carries a model card (``README.md``, :mod:`.model_card`).
@@ -35,9 +35,9 @@ from cosmos_sana.export.model_card import write_model_card
 from cosmos_sana.export.restore import ExportSource, open_source, restore_transformer
 from cosmos_sana.export.swap import discard, new_staging, output_path, recover_output, swap_in
 from cosmos_sana.export.verify import VerifyOptions, verify_export
-from cosmos_sana.export.writers import merge_lora, write_lora, write_native, write_pipeline
+from cosmos_sana.export.writers import merge_lora, write_pipeline
 from cosmos_sana.log import get_logger
-from cosmos_sana.model_hooks import lora_layout_writer
+from cosmos_sana.model_hooks import lora_layout_writer, model_tool
 from cosmos_sana.redaction import redact
 
 logger = get_logger(__name__)
@@ -202,11 +202,11 @@ def _write(
     if fmt not in LORA_FORMATS:
         check_finite(transformer.state_dict().items(), "merged weight" if merging else "weight", source)
     if fmt == "lora":
-        write_lora(transformer, chosen, staging)
+        model_tool(source.pipeline_class, "lora_writer")(transformer, chosen, staging)
     elif fmt in LORA_FORMATS:
         lora_layout_writer(source.pipeline_class, fmt)(transformer, chosen, staging, pipeline_class=source.pipeline_class)
     elif fmt == "native":
-        write_native(transformer, staging, layout_of=source.base.native_checkpoint)
+        model_tool(source.pipeline_class, "native_writer")(transformer, staging, layout_of=source.base.native_checkpoint)
     else:
         write_pipeline(transformer, source.base_pipeline, staging, max_shard_size=max_shard_size)
     return {

@@ -47,9 +47,11 @@ def load_export(
             raise VerificationFailed(f"{out}: load_lora_weights loaded no adapter (keys must start with 'transformer.')")
         return pipe
     if fmt == "native":
-        from cosmos_sana_plugins.sana.native_checkpoint import load_native_transformer
+        from cosmos_sana.checkpoint.pipeline_folder import pipeline_class_name
+        from cosmos_sana.model_hooks import model_tool
 
-        transformer = load_native_transformer(str(out / NATIVE_FILE), base_config=str(base))
+        load_native = model_tool(pipeline_class_name(base), "native_loader")
+        transformer = load_native(str(out / NATIVE_FILE), base_config=str(base))
         return DiffusionPipeline.from_pretrained(str(base), transformer=transformer)
     raise ValueError(f"unknown export format {fmt!r}")
 

@@ -1,4 +1,7 @@
-"""Write a restored transformer in each export format."""
+"""Write a restored transformer as a pipeline folder, and the file names of every export format.
+
+The LoRA, native and other tools' layouts are the model plugin's (:class:`~cosmos_sana.specs.ModelSpec`
+``lora_writer``, ``native_writer``, ``lora_layouts``)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from cosmos_sana.checkpoint.pipeline_folder import MODEL_INDEX, TRANSFORMER, com
 
 PEFT_FOLDER = "peft_adapter"
 LORA_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
-NATIVE_FILE = "sana_native.pth"
+NATIVE_FILE = "sana_native.pth"  # the transformer in the model family's own key layout
 #: weight files a pipeline component may also carry beside its default safetensors (not exported then)
 NON_SAFETENSORS_WEIGHTS = frozenset({".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".onnx"})
 #: PEFT's key prefix for a ``PeftModel`` wrapping the transformer.
@@ -62,37 +65,8 @@ def _is_other_format_weight(name: str) -> bool:
     return Path(name.removesuffix(".index.json")).suffix in NON_SAFETENSORS_WEIGHTS
 
 
-def write_lora(transformer: torch.nn.Module, adapter: str, out: Path) -> None:
-    """``pytorch_lora_weights.safetensors`` (keys ``transformer.…``, loads with ``pipe.load_lora_weights``)
-    and a PEFT adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``)."""
-    from peft.utils import SAFETENSORS_WEIGHTS_NAME
-    from safetensors.torch import save_file
-
-    from cosmos_sana_plugins.sana.lora import adapter_export, save_diffusers_lora
-
-    save_diffusers_lora(transformer, adapter, out)
-    state, _ = adapter_export(transformer, adapter)
-    peft_dir = out / PEFT_FOLDER
-    peft_dir.mkdir()
-    transformer.peft_config[adapter].save_pretrained(str(peft_dir))  # adapter_config.json
-    save_file(
-        {f"{PEFT_MODEL_PREFIX}{k}": v.contiguous() for k, v in state.items()},
-        str(peft_dir / SAFETENSORS_WEIGHTS_NAME),
-        metadata={"format": "pt"},
-    )
-
-
 def merge_lora(transformer: torch.nn.Module, adapter: str) -> torch.nn.Module:
     """Fold ``adapter`` into the base weights and drop every PEFT layer (other adapters are discarded)."""
     transformer.fuse_lora(adapter_names=[adapter])
     transformer.unload_lora()
     return transformer
-
-
-def write_native(transformer: torch.nn.Module, out: Path, *, layout_of: str | None = None) -> Path:
-    """A native SANA ``.pth`` (``{"state_dict": …}``, native key layout; with ``layout_of``, the FFN
-    layout of that native checkpoint: a run started from a LinearFFN checkpoint exports LinearFFN)."""
-    from cosmos_sana_plugins.sana.native_checkpoint import save_native
-
-    return save_native(transformer, out / NATIVE_FILE, layout_of=layout_of)
-

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from cosmos_sana.checkpoint.dcp_io import CheckpointError
 from cosmos_sana.log import get_logger
 from cosmos_sana_plugins.sana.native_keys import (
     IMAGE_CLASS,
@@ -35,7 +36,7 @@ _INDEX_SUFFIX = ".safetensors.index.json"
 _TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 
 
-class NativeCheckpointError(RuntimeError):
+class NativeCheckpointError(CheckpointError):
     """A native checkpoint cannot be found, read or mapped; the message names the file or key."""
 
 

@@ -16,5 +16,9 @@ def cosmos_sana_models() -> list[ModelSpec]:
             native_loader="cosmos_sana_plugins.sana.native_checkpoint:load_native_transformer",
             generator="cosmos_sana_plugins.sana.generate:generate",
             lora_layouts=(("comfyui", "cosmos_sana_plugins.sana.comfyui_lora:write_comfyui_lora"),),
+            lora_writer="cosmos_sana_plugins.sana.export_formats:write_lora",
+            native_writer="cosmos_sana_plugins.sana.export_formats:write_native",
+            native_converter="cosmos_sana_plugins.sana.native_checkpoint:convert_to_pipeline",
+            pipeline_check="cosmos_sana_plugins.sana.export_formats:check_components",
         )
     ]

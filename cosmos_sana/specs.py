@@ -81,9 +81,18 @@ class ModelSpec(_Spec):
 
 @dataclass(frozen=True)
 class DatasetSpec(_Spec):
-    """``target(params, *, cosmos_config, on_bad_sample) -> torch.utils.data.Dataset``."""
+    """``target(params, *, cosmos_config, on_bad_sample) -> torch.utils.data.Dataset``.
+
+    ``checker`` serves ``cosmos-sana data check``: an object with ``check_path(path, *, on_bad_sample,
+    size, num_frames, fps, stride, short_clip) -> report`` (a bare dataset path),
+    ``check_dataset(dataset, name, on_bad_sample) -> report`` (a dataset built from a recipe, of any
+    plugin), ``quiet()`` (a context manager silencing per-sample skip warnings while building and checking)
+    and ``error`` (the exception type meaning the data as a whole is unusable). A report has ``fails``,
+    ``render() -> str`` and ``to_dict()``.
+    """
 
     modality: Literal["image", "video", "prompt"] = "prompt"
+    checker: Target = None
     kind = "dataset"
 
 

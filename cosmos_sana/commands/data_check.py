@@ -4,6 +4,8 @@ Prints sample counts per layout/modality, resolution and duration histograms and
 sample with its reason. Exit status: 0 when a run would go through, 1 when the configured
 ``on_bad_sample`` policy would stop it (or no usable sample exists), 2 on a usage error.
 A recipe's dataset paths are resolved from the current directory, as in a run.
+
+The checking is the installed dataset plugin's (``DatasetSpec.checker``).
 """
 
 from __future__ import annotations
@@ -34,14 +36,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cosmos_sana_plugins.datasets.errors import DatasetError
+    from cosmos_sana.plugin_manager import PluginError, installed_plugins
 
     try:
-        reports = _recipe_reports(args.target) if args.target.endswith(".toml") else [_path_report(args)]
+        registry = installed_plugins()
+        checker = data_checker(registry)
+    except (PluginError, _UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.target.endswith(".toml"):
+            reports = _recipe_reports(args.target, registry, checker)
+        else:
+            reports = [_path_report(args, checker)]
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except DatasetError as exc:
+    except checker.error as exc:
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1
     if args.json:
@@ -55,20 +66,32 @@ class _UsageError(Exception):
     pass
 
 
-def _path_report(args: argparse.Namespace) -> Any:
-    from cosmos_sana_plugins.datasets.check import check_path
+def data_checker(registry: Any) -> Any:
+    """The one ``DatasetSpec.checker`` the installed dataset plugins register (several share it)."""
+    from cosmos_sana.specs import resolve
 
-    return check_path(args.target, on_bad_sample=args.on_bad_sample, size=tuple(args.size),
+    checkers = {}
+    for entry in registry.entries("dataset"):
+        if entry.spec.checker is not None:
+            checker = resolve(entry.spec.checker)
+            checkers.setdefault(id(checker), (checker, []))[1].append(entry.spec.name)
+    if len(checkers) != 1:
+        found = "; ".join(f"datasets {', '.join(names)}" for _, names in checkers.values()) or "none"
+        raise _UsageError(f"`data check` needs exactly one installed dataset checker, found {len(checkers)} ({found})")
+    return next(iter(checkers.values()))[0]
+
+
+def _path_report(args: argparse.Namespace, checker: Any) -> Any:
+    return checker.check_path(args.target, on_bad_sample=args.on_bad_sample, size=tuple(args.size),
                       num_frames=args.num_frames, fps=args.fps, stride=args.stride, short_clip=args.short_clip)
 
 
-def _recipe_reports(path: str) -> list[Any]:
+def _recipe_reports(path: str, registry: Any, checker: Any) -> list[Any]:
     from cosmos_sana.config import wants_cosmos_sana
-    from cosmos_sana.plugin_manager import PluginError, installed_plugins
-    from cosmos_sana.runtime import component_params, validation_enabled
-    from cosmos_sana.settings import SettingsError, parse_custom
+    from cosmos_sana.plugin_manager import PluginError
+    from cosmos_sana.runtime import validation_enabled
+    from cosmos_sana.settings import SettingsError, component_params, parse_custom
     from cosmos_sana.validation import ConfigInvalid, read_toml
-    from cosmos_sana_plugins.datasets.check import check_dataset, quiet_skips
 
     try:
         raw = read_toml(path)
@@ -78,7 +101,6 @@ def _recipe_reports(path: str) -> list[Any]:
         raise _UsageError(f'{path}: not a cosmos-sana recipe (needs [custom] package = "cosmos-sana")')
     try:
         settings = parse_custom(raw["custom"], source=path)
-        registry = installed_plugins()
         reports = []
         for field in ("data", "val_data", "real_data"):
             ref = getattr(settings, field)
@@ -89,9 +111,9 @@ def _recipe_reports(path: str) -> list[Any]:
                       "is false)", file=sys.stderr)
                 continue
             params = component_params(registry, "dataset", ref, f"custom.{field}")
-            with quiet_skips():
+            with checker.quiet():
                 dataset = registry.get("dataset", ref.name).load()(params, cosmos_config=raw, on_bad_sample="skip")
-                reports.append(check_dataset(dataset, f"custom.{field} ({ref.name})", ref.on_bad_sample))
+                reports.append(checker.check_dataset(dataset, f"custom.{field} ({ref.name})", ref.on_bad_sample))
     except (SettingsError, PluginError) as exc:
         raise _UsageError(str(exc)) from exc
     if not reports:

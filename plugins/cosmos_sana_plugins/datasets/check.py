@@ -109,3 +109,16 @@ def merge_reports(name: str, on_bad_sample: OnBadSample, reports: list[DataRepor
         merged.bad.extend(bad for bad in report.bad if bad not in merged.bad)
         merged.problems.extend(problem for problem in report.problems if problem not in merged.problems)
     return merged
+
+
+class DataChecker:
+    """What ``cosmos-sana data check`` calls (``DatasetSpec.checker`` of the built-in datasets): reports on a
+    bare path, or on a dataset built from a recipe (any dataset, also another plugin's), quietly."""
+
+    error = errors.DatasetError  # the data as a whole is unusable
+    check_path = staticmethod(check_path)
+    check_dataset = staticmethod(check_dataset)
+    quiet = staticmethod(quiet_skips)
+
+
+CHECKER = DataChecker()

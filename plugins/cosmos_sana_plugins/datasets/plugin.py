@@ -16,6 +16,7 @@ def cosmos_sana_datasets() -> list[DatasetSpec]:
             target=f"{_PKG}.media:build_images",
             params=f"{_PKG}.params:ImageDataParams",
             modality="image",
+            checker=f"{_PKG}.check:CHECKER",
             description="image SFT data: folders (NAME.txt / NNNN.json captions), SANA meta_data.json, JSONL manifest",
         ),
         DatasetSpec(
@@ -23,6 +24,7 @@ def cosmos_sana_datasets() -> list[DatasetSpec]:
             target=f"{_PKG}.media:build_videos",
             params=f"{_PKG}.params:VideoDataParams",
             modality="video",
+            checker=f"{_PKG}.check:CHECKER",
             description="video SFT data: the image layouts with .mp4, and SANA-Video zips (KEY.mp4 + KEY.json)",
         ),
         DatasetSpec(
@@ -30,6 +32,7 @@ def cosmos_sana_datasets() -> list[DatasetSpec]:
             target=f"{_PKG}.prompts:build_prompts",
             params=f"{_PKG}.params:PromptDataParams",
             modality="prompt",
+            checker=f"{_PKG}.check:CHECKER",
             description="RL prompts: .txt, OCR (target in quotes), JSONL/GenEval metadata, builtin:demo|ocr|geneval",
         ),
     ]

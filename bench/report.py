@@ -3,7 +3,7 @@
 
     python bench/report.py OUT_DIR
 
-Targets (H200, SANA-1600M shapes, bf16, NOTES §10) are checked where a row has one.
+Targets (H200, SANA-1600M shapes, bf16; ``bench/README.md`` "Targets") are checked where a row has one.
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ LEFT_OUT = {
     "importlib-metadata": "diffusers declares it but uses the standard library's on Python >= 3.8",
 }
 
-#: What the GPU image already has (NOTES §10); names without a version match any version.
+#: What the NVIDIA GPU image this was built for already ships; names without a version match any version.
 DEFAULT_PRESENT = (
     "torch==2.11.0 torchvision==0.26.0 peft safetensors accelerate numpy pillow pyyaml rich tqdm "
     "opencv-python-headless imageio pluggy"

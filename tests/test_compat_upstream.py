@@ -84,7 +84,7 @@ def test_launcher_children_inherit_the_environment():
 
 
 def test_remote_reward_not_ready_is_an_index_error_upstream(monkeypatch):
-    """Defect 7, worked around by ``patch_remote_reward_not_ready``: a not-ready head of queue
+    """Worked around by ``patch_remote_reward_not_ready``: a not-ready head of queue
     makes upstream's ``get_results`` raise ``IndexError`` and leave the queue as it was."""
     from queue import Queue
 

@@ -60,7 +60,8 @@ def test_upstream_client_gets_scores_and_sees_not_ready_as_http_400(upstream_cal
         calculator.fetch_reward(uuid, is_validation=False)
     queue: Queue = Queue()
     queue.put(uuid)
-    # upstream raises IndexError here (defect 7); with our compat patch it means "nothing ready yet"
+    # upstream's get_results raises IndexError on a not-ready head of queue; with our compat patch it means
+    # "nothing ready yet"
     assert calculator.get_results(queue) == (None, False, -1) and list(queue.queue) == [uuid]
 
     scorers.gate.set()

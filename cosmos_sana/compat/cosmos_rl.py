@@ -155,7 +155,7 @@ REMOTE_REWARD_POLL_S = 0.2
 
 
 def patch_remote_reward_not_ready() -> None:
-    """Defect 7: ``RemoteRewardCalculator.get_results`` raises ``IndexError`` when the oldest
+    """cosmos-rl 0.4.7's ``RemoteRewardCalculator.get_results`` raises ``IndexError`` when the oldest
     queued score is not ready (HTTP 400), which crashes ``report_rollouts``. Answer "nothing
     ready yet" instead — ``(None, False, -1)``, what ``dequeue_rewards_cal`` expects — after a
     short wait. Any other failure is re-raised."""

@@ -1,7 +1,7 @@
 """The cosmos-rl model for SANA (``SanaPipeline``) and SANA-Video (``SanaVideoPipeline``) folders.
 
 Built by cosmos-rl's ``ModelRegistry.build_model(config)`` through :meth:`SanaModel.from_pretrained`
-(the lead's compat code registers it over upstream's ``SanaModel``). Reads ``[policy.diffusers]``
+(:func:`cosmos_sana.compat.cosmos_rl.register_models` registers it over upstream's ``SanaModel``). Reads ``[policy.diffusers]``
 (dtype, offload, max_prompt_length, weighting_scheme, logit_mean/std, train_flow_shift),
 ``[policy.lora]`` (absent: full-parameter training) and ``[custom.model]``.
 

@@ -164,7 +164,7 @@ def sample_in_chunks(
     chunk: int,
     on_chunk: ChunkCallback | None = None,
 ) -> SampleOutput:
-    """A2's sampler over ``text`` rows (sample ``i`` seeded by ``seeds[i]``), ``chunk`` rows per call."""
+    """:func:`~cosmos_sana_plugins.sana.sampling.sample` over ``text`` rows (sample ``i`` seeded by ``seeds[i]``), ``chunk`` rows per call."""
     device = model.current_device()
     outputs = []
     for start in range(0, len(seeds), chunk):

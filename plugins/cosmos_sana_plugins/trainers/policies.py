@@ -4,7 +4,7 @@ and the frozen reference (KL).
 With LoRA they are adapters of the one transformer (``old`` = the ``old`` adapter, the
 reference = adapters disabled); full-parameter training keeps frozen copies of the
 transformer instead. :class:`TransformerView` puts any transformer behind the model's
-interface so A2's sampler can run on it (the ``old`` copy, a merged/compiled preview).
+interface so :func:`~cosmos_sana_plugins.sana.sampling.sample` can run on it (the ``old`` copy, a merged/compiled preview).
 """
 
 from __future__ import annotations

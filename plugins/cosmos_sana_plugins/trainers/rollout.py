@@ -1,6 +1,6 @@
 """``[rollout] backend = "sana"``: the colocated rollout for SANA / SANA-Video.
 
-Samples with A2's sampler (``[custom.rollout] sampler``, ``[policy.diffusers.sample]``) on
+Samples with :func:`cosmos_sana_plugins.sana.sampling.sample` (``[custom.rollout] sampler``, ``[policy.diffusers.sample]``) on
 the policy the trainer asks for (``model.rl_policies``: NFT's ``old``, else the current
 weights), optionally best-of-n (``[custom.rollout.best_of_n]``). ``P`` prompts give a
 prompt-major batch of ``P·n`` samples; prompt ``i`` owns rows ``[i·n, (i+1)·n)``.

@@ -34,11 +34,15 @@ def advantages(trainer, batch):
 
 
 @torch.no_grad()
-def fixed_loss(trainer, batch, adv) -> float:
-    """The NFT loss over every sample and grid step with a fixed noise draw."""
-    torch.manual_seed(1234)
+def fixed_loss(trainer, batch, adv, draws: int = 8) -> float:
+    """The NFT loss over every sample and grid step, averaged over ``draws`` fixed noise draws (the
+    same draws before and after a step, so the comparison estimates the expected objective rather
+    than the loss of one noise sample the step never saw)."""
     index = torch.arange(batch.size)
-    values = [trainer.loss_terms(batch, index, torch.full((batch.size,), j), adv)["loss"] for j in range(batch.num_steps)]
+    values = []
+    for draw in range(draws):
+        torch.manual_seed(1234 + draw)
+        values += [trainer.loss_terms(batch, index, torch.full((batch.size,), j), adv)["loss"] for j in range(batch.num_steps)]
     return torch.stack(values).mean().item()
 
 

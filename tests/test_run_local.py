@@ -171,3 +171,15 @@ def test_run_local_trains_video_recipes(recipe, tiny_video_pipeline_dir, tmp_pat
     assert (summary["first_step"], summary["last_step"], summary["steps_run"]) == (1, 2, 2)
     assert summary["checkpoint"].endswith("iter_000000002")
     assert (Path(summary["output_dir"]) / "logs" / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def test_a_tripped_guard_stops_the_run_with_its_message_and_no_traceback(tiny_image_pipeline_dir, tmp_path, capsys):
+    """A deliberate stop (here a reward-hacking guard: any saturation is over 1e-6) is one message
+    on stderr and exit status 1, not a traceback; nothing is checkpointed past it."""
+    args = run_args("toml/tiny/sana-image-grpo.toml", tiny_image_pipeline_dir, tmp_path / "out",
+                    ["train.max_num_steps=2", "custom.guards.max_saturation=1e-6"])
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "stopped: guard: saturation = " in err and "> 1e-06 at step 1" in err, err[-2000:]
+    assert "Traceback" not in err
+    assert not [p for run in (tmp_path / "out").iterdir() for p in list_checkpoints(run)]

@@ -79,6 +79,7 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
 
 def run(args: argparse.Namespace) -> int:
     from cosmos_sana.plugin_manager import PluginError, installed_plugins
+    from cosmos_sana.run_errors import RunStopped
     from cosmos_sana.validation import ConfigInvalid, validate_file
 
     if not args.local:
@@ -96,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, PluginError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    summary, _ = run_recipe(data)
+    try:
+        summary, _ = run_recipe(data)
+    except RunStopped as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(summary))
     return 0

@@ -14,8 +14,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from cosmos_sana.run_errors import RunStopped
 
-class NonFiniteStep(RuntimeError):
+
+class NonFiniteStep(RunStopped):
     """A training step produced a NaN or infinite loss term or gradient; no weight was changed."""
 
 

@@ -13,6 +13,7 @@ import torch
 
 from cosmos_sana.config.guards import THRESHOLD_KEYS, GuardOptions
 from cosmos_sana.log import get_logger
+from cosmos_sana.run_errors import RunStopped
 from cosmos_sana_plugins.trainers.image_stats import STATISTICS, image_statistics
 
 logger = get_logger(__name__)
@@ -20,7 +21,7 @@ logger = get_logger(__name__)
 METRIC_PREFIX = "guard/"
 
 
-class GuardTripped(RuntimeError):
+class GuardTripped(RunStopped):
     """A ``[custom.guards]`` threshold stopped the run."""
 
     def __init__(self, statistic: str, value: float, threshold: float, step: int, streak: int) -> None:

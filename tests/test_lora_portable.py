@@ -275,3 +275,29 @@ def test_model_card_names_a_hub_base_model_id(exports) -> None:
     hub_run = {**RUN_CONFIG, "policy": {**RUN_CONFIG["policy"], "model_name_or_path": "Efficient-Large-Model/Sana_600M"}}
     assert ModelCard(card_text(manifest, hub_run)).data.base_model == "Efficient-Large-Model/Sana_600M"
     assert ModelCard((exports["lora"] / "README.md").read_text()).data.base_model is None
+
+
+@pytest.mark.parametrize(("public", "private"), [(False, True), (True, False)])
+def test_push_creates_a_private_repo_unless_public(tmp_path, monkeypatch, public: bool, private: bool) -> None:
+    """The Hub client is replaced by a recorder (no network here); the export's manifest names local
+    paths, so a new repo is private unless --public asks otherwise."""
+    import huggingface_hub
+
+    from cosmos_sana.export.hub import push_to_hub
+
+    calls = {}
+
+    class Recorder:
+        def create_repo(self, repo, **kwargs):
+            calls["create"] = (repo, kwargs)
+
+        def upload_folder(self, **kwargs):
+            calls["upload"] = kwargs
+            return type("Commit", (), {"commit_url": "https://example.invalid/commit"})()
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "HfApi", Recorder)
+    assert push_to_hub(tmp_path, "someone/tiny", public=public) == "https://example.invalid/commit"
+    assert calls["create"] == ("someone/tiny", {"repo_type": "model", "exist_ok": True, "private": private})
+    assert calls["upload"]["folder_path"] == str(tmp_path)

@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verify.add_argument("--verify-steps", type=positive_int, default=2, help="sampling steps (default 2)")
     verify.add_argument("--verify-frames", type=video_frames, default=5, help="frames for video pipelines (4k+1, default 5)")
     verify.add_argument("--device", type=device, help="device for --verify (default: cuda if available, else cpu)")
-    parser.add_argument("--push-to-hub", metavar="REPO", help="upload the export to this Hugging Face Hub model repo")
+    parser.add_argument("--push-to-hub", metavar="REPO",
+                        help="upload the export to this Hugging Face Hub model repo (created private)")
+    parser.add_argument("--public", action="store_true", help="with --push-to-hub: create the repo public")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported to {out.resolve()}")
     if args.push_to_hub:
         try:
-            print(f"pushed to {push_to_hub(out, args.push_to_hub)}")
+            print(f"pushed to {push_to_hub(out, args.push_to_hub, public=args.public)}")
         except HubPushError as exc:
             print(f"error: {exc} (the export is at {out.resolve()})", file=sys.stderr)
             return 1

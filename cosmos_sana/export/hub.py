@@ -32,15 +32,17 @@ def check_can_push(repo: str) -> None:
         )
 
 
-def push_to_hub(folder: Path, repo: str) -> str:
-    """Create ``repo`` (a model repo) if needed and upload ``folder``; returns the commit URL."""
+def push_to_hub(folder: Path, repo: str, *, public: bool = False) -> str:
+    """Create ``repo`` (a model repo; private unless ``public``, since the manifest names local
+    paths and the run's settings) if needed and upload ``folder``; returns the commit URL. An
+    existing repo keeps its visibility."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
     check_can_push(repo)
     api = HfApi()
     try:
-        api.create_repo(repo, repo_type="model", exist_ok=True)
+        api.create_repo(repo, repo_type="model", exist_ok=True, private=not public)
         commit = api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
                                    commit_message=f"cosmos-sana export {folder.name}")
     except (HfHubHTTPError, OSError, ValueError) as exc:  # network, auth, permission, offline

@@ -33,7 +33,26 @@ from cosmos_sana.sample_order import EpochSampler
 logger = get_logger(__name__)
 
 TRAINER_PART = "trainer"
-TRAINER_COUNTERS = ("step", "optimizer_updates", "remain_samples_num", "consumed_prompts")
+# The counters a training checkpoint's ``trainer`` part holds: key → the trainer attribute that
+# keeps it (``step`` = completed training steps; ``remain_samples_num`` = completions the RL
+# controller still had to hand out; ``consumed_prompts`` = prompts behind the completed steps).
+TRAINER_COUNTERS: dict[str, str] = {
+    "step": "train_step",
+    "optimizer_updates": "optimizer_updates",
+    "remain_samples_num": "remain_samples_num",
+    "consumed_prompts": "consumed_prompts",
+}
+
+
+def counter_tensors(trainer: Any) -> dict[str, torch.Tensor]:
+    """The trainer's counters as the ``trainer`` checkpoint part (0-d tensors DCP saves and loads in place)."""
+    return {key: torch.tensor(getattr(trainer, attribute)) for key, attribute in TRAINER_COUNTERS.items()}
+
+
+def restore_counters(trainer: Any, part: dict[str, torch.Tensor]) -> None:
+    """Set the trainer's counters from a loaded ``trainer`` part."""
+    for key, attribute in TRAINER_COUNTERS.items():
+        setattr(trainer, attribute, int(part[key]))
 
 
 def read_trainer_state(checkpoint: Path) -> dict[str, int]:

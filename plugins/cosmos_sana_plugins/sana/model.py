@@ -53,6 +53,7 @@ from cosmos_sana.log import get_logger
 from cosmos_sana_plugins.sana import lora as lora_utils
 from cosmos_sana_plugins.sana.sampling import shift_sigmas
 from cosmos_sana_plugins.sana.text import TextConditioning, encode_negative, encode_prompts, pipeline_call_kwargs
+from cosmos_sana_plugins.trainers import losses
 
 logger = get_logger(__name__)
 
@@ -388,8 +389,7 @@ class SanaModel(DiffuserModel):
         x0 = clean_latents.float()
         sigmas = self.sample_training_sigmas(x0.shape[0]) if timestep is None else timestep.float()
         noise = torch.randn_like(x0) if noise is None else noise.float()
-        s = sigmas.to(x0.device).reshape(-1, *([1] * (x0.ndim - 1)))
-        return (1 - s) * x0 + s * noise, noise, sigmas
+        return losses.noised(x0, noise, sigmas.to(x0.device)), noise, sigmas
 
     def training_sft_step(
         self,
@@ -408,7 +408,7 @@ class SanaModel(DiffuserModel):
             noisy = x_t
         self.transformer.train()
         prediction = self.velocity(noisy, sigmas, text)
-        loss = ((noise - latents - prediction) ** 2).mean(dim=tuple(range(1, prediction.ndim)))
+        loss = losses.flow_matching_loss(prediction, latents, noise)
         if loss_only:
             return {"loss": loss}
         return {"loss": loss, "x_t": noisy, "text": text, "visual_embedding": latents, "output": prediction}

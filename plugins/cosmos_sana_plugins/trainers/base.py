@@ -197,6 +197,7 @@ class SanaTrainer(Trainer):
 
     def checkpoint_parts(self) -> dict[str, Any]:
         """Named ``Stateful`` parts of a training checkpoint (subclasses add theirs)."""
+        from cosmos_sana.checkpoint.controller_resume import TRAINER_PART, counter_tensors
         from cosmos_sana.checkpoint.states import ModelState, OptimizerState, RNGState
 
         transformer = self.model.transformer
@@ -204,12 +205,7 @@ class SanaTrainer(Trainer):
             "model": ModelState(transformer, lora_only=self.is_lora, base_pipeline=self.config.policy.model_name_or_path),
             "optim": OptimizerState(transformer, list(self.optimizers)),
             "rng": RNGState(self.config.train.seed or 0),
-            "trainer": {
-                "step": torch.tensor(self.train_step),
-                "optimizer_updates": torch.tensor(self.optimizer_updates),
-                "remain_samples_num": torch.tensor(self.remain_samples_num),
-                "consumed_prompts": torch.tensor(self.consumed_prompts),
-            },
+            TRAINER_PART: counter_tensors(self),
         }
         if self.lr_schedulers is not None:
             parts["scheduler"] = self.lr_schedulers
@@ -238,6 +234,7 @@ class SanaTrainer(Trainer):
         which the RL worker posts to the controller.
         """
         from cosmos_sana.checkpoint import load_checkpoint, resolve_resume, runs_root
+        from cosmos_sana.checkpoint.controller_resume import TRAINER_PART, restore_counters
         from cosmos_sana.checkpoint.training import changed_settings
 
         path = resolve_resume(self.config.train.resume, runs_root(self.output_dir, self.config.train.timestamp))
@@ -254,9 +251,7 @@ class SanaTrainer(Trainer):
                 "resuming from %s with settings that differ from the run that wrote it (%s): the "
                 "continuation will not match that run", path, ", ".join(changed),
             )
-        state = {name: int(value) for name, value in parts["trainer"].items()}
-        self.train_step, self.optimizer_updates = state["step"], state["optimizer_updates"]
-        self.remain_samples_num, self.consumed_prompts = state["remain_samples_num"], state["consumed_prompts"]
+        restore_counters(self, parts[TRAINER_PART])
         return {
             "step": self.train_step,
             "optimizer_updates": self.optimizer_updates,

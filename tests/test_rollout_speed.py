@@ -7,7 +7,7 @@ import torch
 from fixtures_trainers import build_rollout, build_trainer, payloads, recipe
 from pydantic import ValidationError
 
-from cosmos_sana.config.rollout import SpeedSettings
+from cosmos_sana.config.rollout import SpeedOptions
 from cosmos_sana_plugins.sana.fast_attention import Bf16LinearAttnProcessor
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
@@ -58,9 +58,9 @@ def test_cuda_graphs_are_refused_on_cpu(tiny_image_pipeline_dir, tmp_path, cosmo
 
 
 def test_speed_settings_are_strict_and_off_by_default():
-    assert not SpeedSettings().enabled and not SpeedSettings(compile_backend="eager").enabled
-    assert SpeedSettings(cache_text_kv=True).enabled
+    assert not SpeedOptions().enabled and not SpeedOptions(compile_backend="eager").enabled
+    assert SpeedOptions(cache_text_kv=True).enabled
     with pytest.raises(ValidationError):
-        SpeedSettings(cuda_graphs=True)
+        SpeedOptions(cuda_graphs=True)
     with pytest.raises(ValidationError):
-        SpeedSettings(cuda_graph_max_batch=-1)
+        SpeedOptions(cuda_graph_max_batch=-1)

@@ -17,9 +17,10 @@ from cosmos_sana.config.base import StrictModel
 from cosmos_sana.config.best_of_n import BestOfNOptions
 
 
-class SpeedSettings(StrictModel):
-    """``[custom.rollout.speed]``: ``fast_denoise.SpeedOptions`` for the ``sana`` rollout.
+class SpeedOptions(StrictModel):
+    """``[custom.rollout.speed]``: the speed features the ``sana`` rollout installs (all off by default).
 
+    The one schema of these features: the TOML table, and what ``fast_denoise.accelerate`` takes.
     Module-level features (attention, compiled blocks, VAE) act on the colocated policy model,
     so they apply to the trainer's forward too.
     """
@@ -40,7 +41,7 @@ class SpeedSettings(StrictModel):
     @property
     def enabled(self) -> bool:
         """Whether any feature is on."""
-        return self != SpeedSettings(compile_mode=self.compile_mode, compile_backend=self.compile_backend)
+        return self != SpeedOptions(compile_mode=self.compile_mode, compile_backend=self.compile_backend)
 
 
 class RolloutOptions(StrictModel):
@@ -56,4 +57,4 @@ class RolloutOptions(StrictModel):
         default=None, gt=0.0, description="shift of the 'shifted' σ grid; default: the pipeline scheduler's flow_shift"
     )
     best_of_n: BestOfNOptions | None = Field(default=None, description="Sol-RL best-of-n rollouts; off when unset")
-    speed: SpeedSettings = Field(default_factory=SpeedSettings)
+    speed: SpeedOptions = Field(default_factory=SpeedOptions)

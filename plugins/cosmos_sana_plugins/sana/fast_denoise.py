@@ -21,6 +21,7 @@ Public API::
     SpeedOptions(linear_attention="fp32", cache_text_kv=False, compile_blocks=False,
                  vae_channels_last=False, compile_vae=False, compile_mode=None,
                  compile_backend="inductor", cuda_graph_max_batch=0)
+                                              # [custom.rollout.speed]'s model, from cosmos_sana.config.rollout
     accelerate(model, options) -> FastModel   # installs the features on model's modules, once
     restore(model)                            # undoes the module changes
     FastModel(model, cuda_graph_max_batch=0, *, cache_text_kv=False)   # sample() through it
@@ -42,9 +43,10 @@ from typing import Any
 
 import torch
 
+from cosmos_sana.config.rollout import SpeedOptions
 from cosmos_sana.log import get_logger
 from cosmos_sana_plugins.sana import fast_attention
-from cosmos_sana_plugins.sana.fast_attention import KeyValue, LinearAttention, armed
+from cosmos_sana_plugins.sana.fast_attention import KeyValue, armed
 from cosmos_sana_plugins.sana.text import TextConditioning
 
 logger = get_logger(__name__)
@@ -52,26 +54,6 @@ logger = get_logger(__name__)
 #: dynamo recompile limit while blocks are compiled (shapes × adapter states × grad modes)
 RECOMPILE_LIMIT = 64
 _GRAPH_WARMUP = 2
-
-
-@dataclass(frozen=True)
-class SpeedOptions:
-    """Which speed features :func:`accelerate` installs (all off by default)."""
-
-    linear_attention: LinearAttention = "fp32"
-    cache_text_kv: bool = False
-    compile_blocks: bool = False
-    vae_channels_last: bool = False
-    compile_vae: bool = False
-    compile_mode: str | None = None
-    compile_backend: str = "inductor"
-    cuda_graph_max_batch: int = 0
-
-    def __post_init__(self) -> None:
-        if self.linear_attention not in ("fp32", "bf16"):
-            raise ValueError(f"linear_attention must be 'fp32' or 'bf16', got {self.linear_attention!r}")
-        if self.cuda_graph_max_batch < 0:
-            raise ValueError(f"cuda_graph_max_batch must be >= 0, got {self.cuda_graph_max_batch}")
 
 
 # ---------------------------------------------------------------------------- compilation

@@ -30,7 +30,6 @@ on the model (and a full-parameter ``old`` copy), and every view samples through
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from typing import Any
 
@@ -39,7 +38,7 @@ from cosmos_rl.rollout.rollout_base import RolloutBase
 from cosmos_rl.rollout.schema import RolloutResult
 
 from cosmos_sana.compat.cosmos_rl import reports_rewards
-from cosmos_sana.config.rollout import SpeedSettings
+from cosmos_sana.config.rollout import SpeedOptions
 from cosmos_sana.log import get_logger
 from cosmos_sana.rewards.ledger import shared_scheduler
 from cosmos_sana.seeds import derive_seed
@@ -60,9 +59,9 @@ from cosmos_sana_plugins.trainers.reward_submission import RewardSubmission
 logger = get_logger(__name__)
 
 
-def accelerate_for_rollout(model: Any, speed: SpeedSettings) -> Any:
+def accelerate_for_rollout(model: Any, speed: SpeedOptions) -> Any:
     """Install ``speed`` on ``model`` and its full-parameter ``old`` copy; the ``FastModel`` to sample with."""
-    from cosmos_sana_plugins.sana.fast_denoise import SpeedOptions, accelerate
+    from cosmos_sana_plugins.sana.fast_denoise import accelerate
 
     device = model.current_device()
     if speed.cuda_graph_max_batch and device.type != "cuda":
@@ -70,12 +69,11 @@ def accelerate_for_rollout(model: Any, speed: SpeedSettings) -> Any:
             f"custom.rollout.speed.cuda_graph_max_batch = {speed.cuda_graph_max_batch} needs a CUDA GPU "
             f"(the model is on {device}); set it to 0"
         )
-    options = SpeedOptions(**speed.model_dump())
     policies = getattr(model, "rl_policies", None)
     if policies is not None and policies.old is not None:
-        transformer_only = dataclasses.replace(options, vae_channels_last=False, compile_vae=False)
+        transformer_only = speed.model_copy(update={"vae_channels_last": False, "compile_vae": False})
         accelerate(TransformerView(model, policies.old), transformer_only)
-    return accelerate(model, options)
+    return accelerate(model, speed)
 
 
 class SanaRollout(RolloutBase):

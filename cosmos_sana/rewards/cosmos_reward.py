@@ -23,27 +23,12 @@ import itertools
 import threading
 from typing import Any
 
+from cosmos_sana.payload_prompt import parse_prompt
 from cosmos_sana.plugin_manager import PluginRegistry
 from cosmos_sana.rewards import ledger
 from cosmos_sana.rewards.scheduler import RewardScheduler
 from cosmos_sana.rewards.scorers import ScorerSet
 from cosmos_sana.settings import settings_of
-
-
-def prompt_text(prompt: Any) -> tuple[str, dict]:
-    """cosmos-rl's payload prompt → (text, the metadata scorers see).
-
-    A string, or a dict with ``"prompt"``: a dataset item's ``"metadata"`` dict, plus any
-    other keys of a flat dict (the sample-id tag excluded).
-    """
-    if isinstance(prompt, str):
-        return prompt, {}
-    if isinstance(prompt, dict) and isinstance(prompt.get("prompt"), str):
-        extra = {k: v for k, v in prompt.items() if k not in ("prompt", "metadata", ledger.SAMPLE_IDS_KEY)}
-        return prompt["prompt"], {**extra, **dict(prompt.get("metadata") or {})}
-    if prompt is None:
-        return "", {}
-    raise TypeError(f"cannot read a prompt text out of {type(prompt).__name__}: {prompt!r:.200}")
 
 
 def split_completions(completion: Any, config: Any) -> tuple[list[Any], bool]:
@@ -108,7 +93,7 @@ class CosmosRewardFn:
     def _score_inline(self, samples: list[Any], prompt: Any, config: Any) -> list[dict[str, float]]:
         import torch
 
-        text, metadata = prompt_text(prompt)
+        text, metadata = parse_prompt(prompt, "the reward function's prompt")
         scheduler = self.scheduler(config, samples[0].device)
         batch_id = next(self._ids)
         ids = [(batch_id, i) for i in range(len(samples))]

@@ -22,19 +22,8 @@ from typing import Any
 import torch
 from cosmos_rl.dispatcher.data.packer.base import BaseDataPacker
 
+from cosmos_sana.payload_prompt import parse_prompt
 from cosmos_sana_plugins.datasets.grouping import repeat_per_prompt, split_outputs
-
-
-def prompt_item(prompt: Any, where: str) -> tuple[str, dict[str, Any]]:
-    """``(text, metadata)`` of a payload prompt (a prompts-dataset item or a bare string)."""
-    if isinstance(prompt, str):
-        return prompt, {}
-    if isinstance(prompt, Mapping) and isinstance(prompt.get("prompt"), str):
-        metadata = prompt.get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise TypeError(f"{where}: 'metadata' must be a dict, got {type(metadata).__name__}")
-        return prompt["prompt"], dict(metadata)
-    raise TypeError(f"{where}: expected a prompt string or {{'prompt': str, 'metadata': dict}}, got {prompt!r:.80}")
 
 
 def collate_rows(rows: Sequence[Mapping[str, Any]], device: torch.device | str | None = None) -> dict[str, Any]:
@@ -67,7 +56,7 @@ class SanaDataPacker(BaseDataPacker):
 
     def get_rollout_input(self, payloads: Sequence[Any], n_generation: int = 1) -> tuple[list[str], list[dict]]:
         """Prompt texts and metadata, each repeated ``n_generation`` times, prompt-major."""
-        items = [prompt_item(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
+        items = [parse_prompt(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
         return (repeat_per_prompt([text for text, _ in items], n_generation),
                 repeat_per_prompt([metadata for _, metadata in items], n_generation))
 
@@ -80,7 +69,7 @@ class SanaDataPacker(BaseDataPacker):
         """Collate ``Rollout`` objects for the diffusion trainers."""
         rows = []
         for number, rollout in enumerate(sample):
-            text, metadata = prompt_item(rollout.prompt, f"rollout {number}")
+            text, metadata = parse_prompt(rollout.prompt, f"rollout {number}")
             rows.append({**(rollout.extra_info or {}), "prompts": text, "metadata": metadata,
                          "completions": rollout.completion, "rewards": float(rollout.reward),
                          "advantages": float(rollout.advantage)})
@@ -120,6 +109,6 @@ class SanaDataPacker(BaseDataPacker):
     def _validation_request(self, item: Mapping[str, Any]) -> dict[str, Any]:
         diffusers = self.config.policy.diffusers
         height, width = diffusers.inference_size
-        return {"prompt": prompt_item(item, "validation item")[0], "height": height, "width": width,
+        return {"prompt": parse_prompt(item, "validation item")[0], "height": height, "width": width,
                 "inference_step": diffusers.sample.eval_num_steps, "guidance_scale": diffusers.sample.guidance_scale,
                 "frames": diffusers.inference_frames}

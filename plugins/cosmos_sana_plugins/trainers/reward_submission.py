@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from cosmos_sana.compat.cosmos_rl import tag_payload_prompt
+from cosmos_sana.payload_prompt import parse_prompt
 from cosmos_sana.rewards import ledger
-from cosmos_sana.rewards.cosmos_reward import prompt_text
 from cosmos_sana.rewards.scheduler import RewardScheduler
 
 
@@ -31,7 +31,7 @@ class RewardSubmission:
             [f"rollout{self.call}/{i}/{j}@prompt{getattr(p, 'prompt_idx', i)}" for j in range(n)]
             for i, p in enumerate(payloads)
         ]
-        items = [prompt_text(p.prompt) for p in payloads]
+        items = [parse_prompt(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
         self._flat = [s for ids in self.ids for s in ids]
         self._prompts = [text for text, _ in items for _ in range(n)]
         self._metadata = [meta for _, meta in items for _ in range(n)]

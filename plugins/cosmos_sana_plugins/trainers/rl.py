@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from cosmos_sana.log import get_logger
+from cosmos_sana.payload_prompt import parse_prompt
 from cosmos_sana.settings import settings_of
 from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.sana.text import TextConditioning
@@ -32,11 +33,6 @@ from cosmos_sana_plugins.trainers.policies import RLPolicies
 from cosmos_sana_plugins.trainers.runlog import summarize
 
 logger = get_logger(__name__)
-
-
-def prompt_text(prompt: Any) -> str:
-    """``RLPayload.prompt`` is ``{"prompt": str, "metadata": ...}`` (prompt datasets) or a str."""
-    return prompt["prompt"] if isinstance(prompt, dict) else str(prompt)
 
 
 @dataclass
@@ -87,7 +83,7 @@ class RolloutBatch:
         completions = [r.completion for r in rollouts]
         media = torch.stack([torch.as_tensor(c) for c in completions]) if torch.is_tensor(completions[0]) else None
         return cls(
-            prompts=[prompt_text(r.prompt) for r in rollouts],
+            prompts=[parse_prompt(r.prompt, f"rollout {i}")[0] for i, r in enumerate(rollouts)],
             group_ids=torch.tensor([r.prompt_idx for r in rollouts], device=device),
             rewards=torch.tensor([float(r.reward) for r in rollouts], device=device),
             completions=media,

@@ -40,12 +40,12 @@ from cosmos_rl.rollout.schema import RolloutResult
 from cosmos_sana.compat.cosmos_rl import reports_rewards
 from cosmos_sana.config.rollout import SpeedOptions
 from cosmos_sana.log import get_logger
+from cosmos_sana.payload_prompt import parse_prompt
 from cosmos_sana.rewards.ledger import shared_scheduler
 from cosmos_sana.seeds import derive_seed
 from cosmos_sana.settings import settings_of
 from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.datasets.grouping import group_slices
-from cosmos_sana_plugins.datasets.packer import prompt_item
 from cosmos_sana_plugins.trainers.best_of_n import (
     BestOfNSampler,
     MergedTransformer,
@@ -198,7 +198,7 @@ class SanaRollout(RolloutBase):
         if not is_validation:
             self._start_seeds(self._completed_steps(kwargs.get("current_weight_version")))
         n = self.config.validation.n_generation if is_validation else self.config.rollout.n_generation
-        items = [prompt_item(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
+        items = [parse_prompt(p.prompt, f"payload {getattr(p, 'prompt_idx', i)}") for i, p in enumerate(payloads)]
         prompts, metadata = [t for t, _ in items], [m for _, m in items]
         settings = sampler_settings(self.config, self.model, validation=is_validation)
         text = self.model.encode_text(prompts)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +62,11 @@ def build_trainer(folder: Path, out: Path, args: argparse.Namespace) -> Any:
     from cosmos_rl.utils.parallelism import ParallelDims
 
     from cosmos_sana.compat.cosmos_rl import cosmos_config_class, register_all
+    from cosmos_sana.config.recipe_file import read_toml
     from cosmos_sana.plugin_manager import installed_plugins
     from cosmos_sana_plugins.datasets.packer import SanaDataPacker
 
-    data = tomllib.loads(RECIPE.read_text())
+    data = read_toml(RECIPE)
     overrides = {
         "policy.model_name_or_path": str(folder),
         "policy.diffusers.dtype": args.dtype,

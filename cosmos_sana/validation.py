@@ -22,29 +22,14 @@ import difflib
 import tomllib
 import typing
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from cosmos_sana.config import PACKAGE_MARKER, SanaCustomConfig, wants_cosmos_sana
+from cosmos_sana.config.recipe_file import ConfigInvalid, Issue, read_toml
 from cosmos_sana.plugin_manager import PluginError, PluginRegistry
-
-
-@dataclass(frozen=True)
-class Issue:
-    path: str
-    message: str
-
-    def render(self, source: str) -> str:
-        return f"{source}: {self.path}: {self.message}"
-
-
-class ConfigInvalid(ValueError):
-    def __init__(self, source: str, issues: list[Issue]):
-        self.source, self.issues = source, issues
-        super().__init__("\n".join(issue.render(source) for issue in issues))
 
 
 # ---------------------------------------------------------------- overrides
@@ -75,33 +60,8 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
     return data
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """A recipe file's TOML; a missing, unreadable, binary or malformed file is a
-    :class:`ConfigInvalid` naming the file."""
-    path = Path(path)
-
-    def invalid(where: str, message: str) -> ConfigInvalid:
-        return ConfigInvalid(str(path), [Issue(where, message)])
-
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise invalid("<file>", "no such file") from None
-    except IsADirectoryError:
-        raise invalid("<file>", "is a folder; give the recipe's .toml file") from None
-    except OSError as exc:
-        raise invalid("<file>", f"cannot read ({exc.strerror or exc})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise invalid("<file>", f"not a text file (byte {exc.start} is not UTF-8); a recipe is a TOML text file") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise invalid("<toml>", f"not valid TOML: {exc}") from None
-
-
 def load_toml(path: str | Path, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    """The recipe at ``path`` (:func:`~cosmos_sana.config.recipe_file.read_toml`) with ``key.path=value`` overrides."""
     return apply_overrides(read_toml(path), overrides)
 
 

@@ -91,7 +91,7 @@ def _recipe_reports(path: str, registry: Any, checker: Any) -> list[Any]:
     from cosmos_sana.plugin_manager import PluginError
     from cosmos_sana.runtime import validation_enabled
     from cosmos_sana.settings import SettingsError, component_params, parse_custom
-    from cosmos_sana.validation import ConfigInvalid, read_toml
+    from cosmos_sana.config.recipe_file import ConfigInvalid, read_toml
 
     try:
         raw = read_toml(path)

@@ -25,7 +25,9 @@ only when the command line mentions cosmos (a string test, nothing imported).
   with our recipes. Any other script of ``cosmos_rl.tools.dataset`` with our recipe is refused
   in the launcher, before anything starts, with the forms that work.
 
-Standard library only: this runs before anything else in those processes.
+Standard library only at import: this runs before anything else in those processes. Only a
+launcher given ``--config`` goes further, reading the recipe with cosmos-sana's one TOML reader
+(:func:`cosmos_sana.config.recipe_file.read_toml`, which loads the config package and pydantic).
 """
 
 from __future__ import annotations
@@ -108,13 +110,12 @@ def _config_path(argv: list[str]) -> str | None:
 
 
 def config_wants_cosmos_sana(path: str) -> bool:
-    """Cheap check of a TOML file for ``[custom] package = "cosmos-sana"``."""
-    import tomllib
+    """Whether a TOML file says ``[custom] package = "cosmos-sana"`` (the launcher only)."""
+    from cosmos_sana.config.recipe_file import read_toml
 
     try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except (OSError, ValueError):
+        data = read_toml(path)
+    except ValueError:
         return False  # cosmos-rl reports unreadable configs itself
     custom = data.get("custom")
     return isinstance(custom, dict) and custom.get("package") == "cosmos-sana"

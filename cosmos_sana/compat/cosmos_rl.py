@@ -439,15 +439,14 @@ def run_worker_entry(**kwargs: Any) -> Any:
 
 def controller_config() -> tuple[Any, Any]:
     """``(args, Config)`` of the Controller role, read as cosmos-rl's controller main reads them."""
-    import tomllib
-
     from cosmos_rl.dispatcher.data.packer.base import worker_entry_parser
+
+    from cosmos_sana.config.recipe_file import read_toml
 
     args = worker_entry_parser().parse_args()
     if args.config is None:
         raise SystemExit("cosmos-rl controller: --config X.toml is required")
-    with open(args.config, "rb") as handle:
-        return args, cosmos_config_class().from_dict(tomllib.load(handle))
+    return args, cosmos_config_class().from_dict(read_toml(args.config))
 
 
 def run_controller(**kwargs: Any) -> Any:

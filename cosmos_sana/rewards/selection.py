@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cosmos_sana.config import RewardRef, RewardRuntime
 from cosmos_sana.settings import parse_custom
-from cosmos_sana.validation import ConfigInvalid, read_toml
+from cosmos_sana.config.recipe_file import ConfigInvalid, read_toml
 
 
 class SelectionError(ValueError):

@@ -3,6 +3,9 @@ a component's ``args`` against the params model its plugin registered."""
 
 from __future__ import annotations
 
+import copy
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from pydantic import ValidationError
@@ -30,10 +33,47 @@ def parse_custom(custom: dict[str, Any], source: str = "<config>") -> SanaCustom
         raise SettingsError(f"{source}: invalid [custom] table\n{format_validation_error(exc, 'custom')}") from exc
 
 
+class _ParsedCustom:
+    """The last few ``[custom]`` tables parsed, by the id of the config they came from.
+
+    The rollout, the trainers and the reward function ask for the settings of the same config
+    on every call; validating ``[custom]`` once per config is enough. A hit also needs the table
+    to equal the one parsed (a deep copy is kept), so a config whose ``custom`` changed, or a new
+    object that reuses a freed one's id, is parsed again.
+    """
+
+    SIZE = 16
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[int, tuple[dict[str, Any], SanaCustomConfig]] = OrderedDict()
+
+    def get(self, key: int, custom: dict[str, Any]) -> SanaCustomConfig:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] == custom:
+                self._entries.move_to_end(key)
+                return entry[1]
+        settings = parse_custom(custom)
+        with self._lock:
+            self._entries[key] = (copy.deepcopy(custom), settings)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.SIZE:
+                self._entries.popitem(last=False)
+        return settings
+
+
+_PARSED = _ParsedCustom()
+
+
 def settings_of(cosmos_config: Any) -> SanaCustomConfig:
-    """Our settings from a cosmos-rl ``Config`` (workers receive it over HTTP)."""
+    """Our settings from a cosmos-rl ``Config`` or a raw TOML dict (workers receive the config over HTTP).
+
+    ``[custom]`` is validated once per config (and again only if it changed); every caller gets
+    the same :class:`SanaCustomConfig` object, which nobody may modify.
+    """
     custom = cosmos_config.custom if hasattr(cosmos_config, "custom") else cosmos_config["custom"]
-    return parse_custom(dict(custom))
+    return _PARSED.get(id(cosmos_config), dict(custom))
 
 
 def component_params(registry: PluginRegistry, kind: str, ref: ComponentRef, where: str) -> Any:

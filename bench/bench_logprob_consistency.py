@@ -67,12 +67,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--preset", default="tiny", help="cosmos_sana.tiny preset of the random pipeline")
+    parser.add_argument("--preset", default="tiny", help="cosmos_sana.tools.tiny preset of the random pipeline")
     parser.add_argument("--size", type=int, default=32, help="image size in pixels")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    from cosmos_sana.tiny import build_pipeline
+    from cosmos_sana.tools.tiny import build_pipeline
 
     with tempfile.TemporaryDirectory() as scratch:
         pipeline = build_pipeline(Path(scratch) / "pipeline", preset=args.preset, device=args.device)

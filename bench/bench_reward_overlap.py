@@ -109,7 +109,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from cosmos_sana.plugin_manager import load_plugins
-    from cosmos_sana.tiny import build_pipeline
+    from cosmos_sana.tools.tiny import build_pipeline
     from cosmos_sana.validation import load_toml
 
     scorer = SlowScorer()

@@ -234,7 +234,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="sana-1600m", help="cosmos_sana.tiny preset (random weights)")
+    parser.add_argument("--preset", default="sana-1600m", help="cosmos_sana.tools.tiny preset (random weights)")
     parser.add_argument("--pipeline", help="existing pipeline folder (built here from --preset when missing)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")

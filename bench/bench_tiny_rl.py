@@ -36,7 +36,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         data = load_toml(args.recipe, args.overrides)
         if not (Path(data["policy"]["model_name_or_path"]) / "model_index.json").is_file():
-            from cosmos_sana.tiny import build_pipeline
+            from cosmos_sana.tools.tiny import build_pipeline
 
             video = data["policy"].get("diffusers", {}).get("is_video", False)
             data["policy"]["model_name_or_path"] = str(build_pipeline(Path(scratch) / "pipeline", video=video))

@@ -80,7 +80,7 @@ def peak_memory_gib(device: torch.device) -> float | None:
 
 def ensure_pipeline(path: str | None, preset: str, device: torch.device, dtype: torch.dtype, scratch: Path) -> Path:
     """``path`` if it holds a pipeline; else build the random ``preset`` there (or under ``scratch``)."""
-    from cosmos_sana.tiny import build_pipeline
+    from cosmos_sana.tools.tiny import build_pipeline
 
     folder = Path(path) if path else scratch / f"pipeline-{preset}"
     if not (folder / "model_index.json").is_file():

@@ -37,7 +37,7 @@ run() {  # run NAME SECONDS ARGS...
 }
 
 if [[ ! -f $PIPE/model_index.json ]]; then
-    run build_pipeline 60 -c "import torch; from cosmos_sana.tiny import build_pipeline; \
+    run build_pipeline 60 -c "import torch; from cosmos_sana.tools.tiny import build_pipeline; \
 build_pipeline('$PIPE', preset='$PRESET', device='$DEVICE', dtype=torch.bfloat16)"
 fi
 common=(--preset "$PRESET" --pipeline "$PIPE" --dtype bfloat16)

@@ -27,8 +27,8 @@ WORKER = textwrap.dedent(
     from torch.distributed.fsdp import fully_shard
 
     from cosmos_sana.checkpoint import ModelState, OptimizerState, RNGState, save_checkpoint
-    from cosmos_sana.tiny import build_transformer
-    from cosmos_sana.tiny_presets import PRESETS
+    from cosmos_sana.tools.tiny import build_transformer
+    from cosmos_sana.tools.tiny_presets import PRESETS
 
     root, reference = sys.argv[1], sys.argv[2]
     dist.init_process_group("gloo")
@@ -78,8 +78,8 @@ def test_two_rank_fsdp_checkpoint_resumes_on_one_rank(tmp_path: Path, tiny_image
 
     path = resolve_resume(True, tmp_path / "run")
     assert len(list((path / "model").glob("*.distcp"))) > 2  # both ranks wrote their shards, in 200-byte chunks
-    from cosmos_sana.tiny import build_transformer
-    from cosmos_sana.tiny_presets import PRESETS
+    from cosmos_sana.tools.tiny import build_transformer
+    from cosmos_sana.tools.tiny_presets import PRESETS
 
     meta = json.loads((path / "meta.json").read_text())
     assert meta["world_size"] == 2 and meta["parts"]["model"]["class"] == "SanaTransformer2DModel"

@@ -80,8 +80,8 @@ class Run:
 def build_run(lora: bool, init_seed: int) -> Run:
     from peft import LoraConfig
 
-    from cosmos_sana.tiny import build_transformer
-    from cosmos_sana.tiny_presets import PRESETS
+    from cosmos_sana.tools.tiny import build_transformer
+    from cosmos_sana.tools.tiny_presets import PRESETS
 
     torch.manual_seed(0 if lora else init_seed)  # LoRA: the base weights come from the base pipeline
     transformer = build_transformer(PRESETS["tiny"])

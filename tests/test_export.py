@@ -85,8 +85,8 @@ def test_convert_writes_chunked_dcp_with_config(converted: Path, tiny_image_pipe
 
 def test_training_starts_from_converted_dcp(converted: Path, tiny_image_pipeline_dir: Path) -> None:
     from cosmos_sana.checkpoint import load_model_weights
-    from cosmos_sana.tiny import build_transformer
-    from cosmos_sana.tiny_presets import PRESETS
+    from cosmos_sana.tools.tiny import build_transformer
+    from cosmos_sana.tools.tiny_presets import PRESETS
 
     reference = lora_transformer(tiny_image_pipeline_dir)
     torch.manual_seed(42)

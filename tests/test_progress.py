@@ -23,7 +23,7 @@ def tensor_bytes(folder: Path) -> int:
 
 
 def test_the_size_said_first_is_the_size_written(tiny_image_pipeline_dir: Path, tmp_path: Path) -> None:
-    from cosmos_sana.tiny import build_pipeline
+    from cosmos_sana.tools.tiny import build_pipeline
 
     counts, planned = planned_size("tiny", False, torch.float32)
     assert planned == 4 * sum(counts.values()) == tensor_bytes(tiny_image_pipeline_dir)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from cosmos_sana.tiny import build_pipeline, parameter_counts
-from cosmos_sana.tiny_presets import PRESETS, resolve_preset
+from cosmos_sana.tools.tiny import build_pipeline, parameter_counts
+from cosmos_sana.tools.tiny_presets import PRESETS, resolve_preset
 
 
 def _weights(folder: Path) -> dict[str, bytes]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cosmos_sana import wheelhouse as wh
+from cosmos_sana.tools import wheelhouse as wh
 from cosmos_sana.commands import wheelhouse as command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,6 +226,10 @@ def test_manifest_records_hashes_and_total_size(tmp_path: Path) -> None:
     assert manifest["total_size"] == wheel.stat().st_size + 5
     assert json.loads((tmp_path / "MANIFEST.json").read_text()) == manifest
     assert wh.describe_sizes(manifest)[-1].startswith("total: ")
+
+
+def test_project_root_is_the_checkout_that_builds_our_wheel() -> None:
+    assert wh.project_root() == Path(__file__).resolve().parents[1]
 
 
 def test_prepare_out_replaces_a_wheelhouse_but_refuses_other_folders(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def can_launch() -> tuple[bool, str]:
 
 def resolve(recipe: Path, out: Path, steps: int) -> dict[str, Any]:
     from cosmos_sana.plugin_manager import installed_plugins
-    from cosmos_sana.tiny import build_pipeline
+    from cosmos_sana.tools.tiny import build_pipeline
     from cosmos_sana.validation import validate_file
 
     model = out / "model"

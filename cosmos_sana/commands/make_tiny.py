@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from cosmos_sana.tiny_presets import PRESET_CHOICES, REAL_TEXT_ENCODER_LAYERS
+from cosmos_sana.tools.tiny_presets import PRESET_CHOICES, REAL_TEXT_ENCODER_LAYERS
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from cosmos_sana.log import get_logger
-    from cosmos_sana.tiny import build_pipeline
+    from cosmos_sana.tools.tiny import build_pipeline
 
     logger = get_logger(__name__)
     dtype = getattr(torch, args.dtype)
@@ -64,7 +64,7 @@ def planned_size(preset: str, video: bool, dtype: torch.dtype) -> tuple[dict[str
     """``(parameters per component, bytes of their weights)``, counted on the meta device (no memory used)."""
     import torch
 
-    from cosmos_sana.tiny import parameter_counts
+    from cosmos_sana.tools.tiny import parameter_counts
 
     counts = parameter_counts(preset, video)
     return counts, sum(counts.values()) * torch.empty((), dtype=dtype).element_size()

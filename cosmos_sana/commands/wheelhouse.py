@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cosmos_sana import __version__
-    from cosmos_sana import wheelhouse as wh
+    from cosmos_sana.tools import wheelhouse as wh
 
     out: Path = args.out.resolve()
     present_lines = args.skip_present.read_text().splitlines() if args.skip_present else wh.DEFAULT_PRESENT

@@ -591,7 +591,7 @@ def prepare_out(out: Path) -> None:
 
 def project_root() -> Path | None:
     """The source checkout this module runs from, if any (needed to build our own wheel)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").is_file() else None
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from cosmos_sana.tiny_presets import PRESETS, Preset, resolve_preset
+from cosmos_sana.tools.tiny_presets import PRESETS, Preset, resolve_preset
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline
@@ -45,7 +45,7 @@ def build_components(
     import diffusers
     from transformers import Gemma2Config, Gemma2Model
 
-    from cosmos_sana.tiny_tokenizer import build_tokenizer
+    from cosmos_sana.tools.tiny_tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     text_config = Gemma2Config(
@@ -103,7 +103,7 @@ def parameter_counts(preset: str, video: bool = False) -> dict[str, int]:
     import diffusers
     from transformers import Gemma2Config, Gemma2Model
 
-    from cosmos_sana.tiny_tokenizer import build_tokenizer
+    from cosmos_sana.tools.tiny_tokenizer import build_tokenizer
 
     chosen = resolve_preset(preset, video)
     vocab_size = len(build_tokenizer())

@@ -4,7 +4,8 @@
 # own "best-of-n:" lines (drafts and full rollouts with seconds and images per second).
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && bash scripts/device/best_of_n_fp8.sh
 # Env: MODEL (a pipeline folder; default: make-tiny PRESET into WORK/model), PRESET (sana-600m), SIZE (256),
-#      STEPS (3), DRAFTS (96), KEEP (24), TIMEOUT (300), WORK (/tmp/best-of-n).
+#      STEPS (3), DRAFTS (96), KEEP (24), TIMEOUT (480: the first step compiles the FP8 and the
+#      compiled full-rollout copies; at SANA-600M shapes that took over 100 s on an H200), WORK (/tmp/best-of-n).
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/best-of-n}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
@@ -14,7 +15,7 @@ model=${MODEL:-$work/model}; size=${SIZE:-256}; keep=${KEEP:-24}
 t=$(date +%s); status=0
 rm -rf "$work/out"
 NPROC_PER_NODE=1 DATASET_PATH=builtin:ocr BASE_CHECKPOINT_PATH=$model OUTPUT_ROOT=$work/out \
-  MASTER_PORT=8350 RDZV_PORT=29650 timeout -k 30 -s INT "${TIMEOUT:-300}" \
+  MASTER_PORT=8350 RDZV_PORT=29650 timeout -k 30 -s INT "${TIMEOUT:-480}" \
   bash launchers/launch_rl_sana-image-nft-best-of-n.sh -- 'redis="13350"' \
   "policy.diffusers.inference_size=[$size, $size]" "rollout.n_generation=$keep" "rollout.n_generation_mini_batch=$keep" \
   "rollout.batch_size=1" "train.train_batch_per_replica=$keep" "train.train_policy.mini_batch=8" \

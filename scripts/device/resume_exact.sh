@@ -8,12 +8,14 @@
 # per-step metrics after KILL_AFTER are compared; GPU kernels may be nondeterministic, so the largest
 # differences are reported rather than asserted. Summary JSON: $OUT/resume_exact.json.
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && bash scripts/device/resume_exact.sh
-# Env: MODEL (a pipeline folder; default: make-tiny PRESET into WORK/model), PRESET (sana-600m), SIZE (256), STEPS (6), KILL_AFTER (3), TIMEOUT per launch (300),
+# Env: MODEL (a pipeline folder; default: make-tiny PRESET into WORK/model), PRESET (sana-600m), SIZE (256), STEPS (6), KILL_AFTER (3), TIMEOUT per launch (420:
+#      with three launches starting side by side on one H200 host a worker took ~140 s to get its
+#      configuration, so 160 s ended every launch before its first step),
 #      WORK (/tmp/resume-exact).
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/resume-exact}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
-steps=${STEPS:-6}; kill_after=${KILL_AFTER:-3}; size=${SIZE:-256}; limit=${TIMEOUT:-300}
+steps=${STEPS:-6}; kill_after=${KILL_AFTER:-3}; size=${SIZE:-256}; limit=${TIMEOUT:-420}
 t0=$(date +%s); model=${MODEL:-$work/model}
 [[ -f $model/model_index.json ]] ||
   cosmos-sana make-tiny --out "$model" --preset "${PRESET:-sana-600m}" --device cuda --dtype bfloat16 >"$out/make_tiny.log" 2>&1

@@ -39,29 +39,70 @@ usage() {
   sed -n '/^# Usage of every launcher:/,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
-# The first exception line of each controller/worker log this launch wrote (cosmos-rl's --log-dir
-# keeps them in $LOG_DIR/logs_latest/{controller,policy_N,rollout_N}.log): a failed run's cause is
-# there, while cosmos-rl itself only reports an exit status. When those logs hold none (cosmos-rl
-# stopped before starting them), the lines this launch added to $LOG_FILE are searched instead.
+# Exception lines that follow a stop rather than cause one: asyncio tasks cancelled at shutdown,
+# Ctrl-C, torch elastic relaying SIGINT/SIGTERM to its workers ("death signal", SignalException),
+# and replicas that lose the controller while unregistering (connection reset/refused/aborted).
+SHUTDOWN_NOISE='CancelledError|KeyboardInterrupt|death signal|SignalException|got signal|SIGINT|SIGTERM|SIGKILL|unregister|Connection(Reset|Refused|Aborted)Error|BrokenPipeError'
+
+# The first exception line of FILE from line FROM on that is not shutdown noise, as "N: LINE"
+# (N counted from FROM); with NOISE=1, the first shutdown-noise exception line instead.
+first_exception() {
+  local file=$1 from=$2 noise=${3:-0}
+  local pattern='^[0-9]+:(\[[^]]*\]:?[[:space:]]*)*([A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(Error|Exception|Interrupt)(:.*)?$'
+  local keep=(-v)
+  ((noise)) && keep=()
+  tail -n "+$from" "$file" | grep -n '' | grep -E "$pattern" | grep "${keep[@]}" -m1 -E "$SHUTDOWN_NOISE" || true
+}
+
+# Why the launch failed, on stderr. A launch stopped by a signal (a timeout, Ctrl-C, a scheduler's
+# kill) says so first, since the errors its processes log while shutting down are symptoms of it.
+# Then the first real exception line of each controller/worker log this launch wrote (cosmos-rl's
+# --log-dir keeps them in $LOG_DIR/logs_latest/{controller,policy_N,rollout_N}.log): a failed run's
+# cause is there, while cosmos-rl itself only reports an exit status. When those logs hold none
+# (cosmos-rl stopped before starting them), the lines this launch added to $LOG_FILE are searched.
 print_root_cause() {
-  local dir=$LOG_DIR/logs_latest log hit found=0 logs=()
-  local pattern='^(\[[^]]*\]:?[[:space:]]*)*([A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(Error|Exception)(:.*)?$'
+  local status=$1 dir=$LOG_DIR/logs_latest log hit found=0 logs=()
+  local stopped=${STOPPED_BY:-}
+  if [[ -z $stopped ]]; then
+    case $status in
+      124) stopped="a timeout (exit status 124)" ;;
+      129 | 130 | 137 | 143) stopped="SIG$(kill -l "$((status - 128))") (exit status $status)" ;;
+    esac
+  fi
+  [[ -n $stopped ]] &&
+    echo "$LAUNCHER_NAME: the launch was stopped by $stopped (a timeout, Ctrl-C or a scheduler's kill); the shutdown messages it caused are not shown" >&2
   logs=("$dir/controller.log")
   for log in "$dir"/*.log; do
     [[ $log == "$dir/controller.log" ]] || logs+=("$log")
   done
+  local searched=()
   for log in "${logs[@]}"; do
     [[ -f $log && $log -nt $RESOLVED_TOML ]] || continue # written by this launch
-    hit=$(grep -m1 -nE "$pattern" "$log" || true)
+    searched+=("$log:1")
+  done
+  ((${#searched[@]})) || searched=("$LOG_FILE:$((LOG_LINES_BEFORE + 1))")
+  local entry file from
+  for entry in "${searched[@]}"; do
+    file=${entry%:*} from=${entry##*:}
+    hit=$(first_exception "$file" "$from")
     if [[ -n $hit ]]; then
-      echo "$LAUNCHER_NAME: first error in $(readlink -f -- "$log"):${hit%%:*}: ${hit#*:}" >&2
+      echo "$LAUNCHER_NAME: first error in $(readlink -f -- "$file"):$((from - 1 + ${hit%%:*})): ${hit#*:}" >&2
       found=1
     fi
   done
   ((found)) && return 0
-  hit=$(tail -n "+$((LOG_LINES_BEFORE + 1))" "$LOG_FILE" | grep -m1 -nE "$pattern" || true)
-  if [[ -n $hit ]]; then
-    echo "$LAUNCHER_NAME: first error in $LOG_FILE:$((LOG_LINES_BEFORE + ${hit%%:*})): ${hit#*:}" >&2
+  if [[ -z $stopped ]]; then
+    for entry in "${searched[@]}"; do
+      file=${entry%:*} from=${entry##*:}
+      hit=$(first_exception "$file" "$from" 1)
+      if [[ -n $hit ]]; then
+        echo "$LAUNCHER_NAME: only shutdown messages found, the first in $(readlink -f -- "$file"):$((from - 1 + ${hit%%:*})): ${hit#*:} (the process that stopped the others may have been killed without a traceback, e.g. out of memory: see dmesg)" >&2
+        return 0
+      fi
+    done
+  fi
+  if [[ -n $stopped ]]; then
+    echo "$LAUNCHER_NAME: no error before the stop in this launch's logs ($dir, $LOG_FILE)" >&2
   else
     echo "$LAUNCHER_NAME: no exception found in this launch's logs ($dir, $LOG_FILE)" >&2
   fi
@@ -224,10 +265,16 @@ fi
 LAUNCH+=(cosmos_sana.bridge) # every role loads the plugins (does not rely on the autoload .pth)
 echo "$LAUNCHER_NAME: ${LAUNCH[*]}" | tee -a "$LOG_FILE"
 LOG_LINES_BEFORE=$(wc -l <"$LOG_FILE")
+# A signal to the launcher (timeout, Ctrl-C) also reaches cosmos-rl in its process group; trapping
+# it lets the launcher outlive the trainer's shutdown and report the stop as the cause.
+STOPPED_BY=
+trap 'STOPPED_BY=SIGINT' INT
+trap 'STOPPED_BY=SIGTERM' TERM
 set +e
 "${LAUNCH[@]}" 2>&1 | tee -a "$LOG_FILE"
 STATUS=${PIPESTATUS[0]}
 set -e
-((STATUS == 0)) || print_root_cause
+trap - INT TERM
+((STATUS == 0)) || print_root_cause "$STATUS"
 echo "$LAUNCHER_NAME: trainer exited with status $STATUS (log: $LOG_FILE)" >&2
 exit "$STATUS"

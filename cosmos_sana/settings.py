@@ -33,13 +33,26 @@ def parse_custom(custom: dict[str, Any], source: str = "<config>") -> SanaCustom
         raise SettingsError(f"{source}: invalid [custom] table\n{format_validation_error(exc, 'custom')}") from exc
 
 
+def same_table(a: Any, b: Any) -> bool:
+    """``a == b`` with the type of every value equal too (``{"x": 1} != {"x": True}``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_table(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_table(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
 class _ParsedCustom:
     """The last few ``[custom]`` tables parsed, by the id of the config they came from.
 
     The rollout, the trainers and the reward function ask for the settings of the same config
-    on every call; validating ``[custom]`` once per config is enough. A hit also needs the table
-    to equal the one parsed (a deep copy is kept), so a config whose ``custom`` changed, or a new
-    object that reuses a freed one's id, is parsed again.
+    on every call; validating ``[custom]`` once per config is enough. The parse reads ``[custom]``
+    alone, so a hit needs only the table to be the one parsed (a deep copy is kept): a config whose
+    ``custom`` changed, or a new object that reuses a freed one's id, is parsed again. Values are
+    compared with their types (``1``, ``1.0`` and ``True`` are equal in Python but a component's
+    ``args`` keeps whichever it was given).
     """
 
     SIZE = 16
@@ -51,7 +64,7 @@ class _ParsedCustom:
     def get(self, key: int, custom: dict[str, Any]) -> SanaCustomConfig:
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and entry[0] == custom:
+            if entry is not None and same_table(entry[0], custom):
                 self._entries.move_to_end(key)
                 return entry[1]
         settings = parse_custom(custom)

@@ -66,3 +66,13 @@ def test_a_rollout_and_its_reward_calls_parse_custom_once(
     finally:
         for scheduler in ledger._schedulers.values():
             scheduler.close()
+
+
+def test_a_table_equal_only_up_to_value_types_is_parsed_again(parses):
+    """``1 == True`` in Python, but a component's ``args`` keep the value's type: a config object that
+    reuses a freed one's id with such a table must not get the other's parse."""
+    config = {"custom": {"package": "cosmos-sana", "rewards": [{"name": "mean", "args": {"x": 1}}]}}
+    assert settings_of(config).rewards[0].args == {"x": 1}
+    config["custom"]["rewards"][0]["args"]["x"] = True  # same id, == the cached table
+    args = settings_of(config).rewards[0].args
+    assert args["x"] is True and len(parses) == 2

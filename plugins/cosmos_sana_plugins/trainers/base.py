@@ -195,6 +195,9 @@ class SanaTrainer(Trainer):
     def output_dir(self) -> Path:
         return Path(self.config.train.output_dir)
 
+    #: parts a checkpoint may lack (the run that wrote it had no such state); they start fresh on resume
+    optional_parts: frozenset[str] = frozenset()
+
     def checkpoint_parts(self) -> dict[str, Any]:
         """Named ``Stateful`` parts of a training checkpoint (subclasses add theirs)."""
         from cosmos_sana.checkpoint.controller_resume import TRAINER_PART, counter_tensors
@@ -241,6 +244,10 @@ class SanaTrainer(Trainer):
         if path is None:
             return {}
         parts = self.checkpoint_parts()
+        for name in self.optional_parts & set(parts):
+            if not (path / name).is_dir():
+                logger.info("%s: no %r part (the run that wrote it had none); it starts fresh", path, name)
+                del parts[name]
         if "scheduler" not in parts:  # rebuild with the stored state, resized on the first step
             self.lr_schedulers = self.build_lr_schedulers()
             parts["scheduler"] = self.lr_schedulers

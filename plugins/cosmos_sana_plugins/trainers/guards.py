@@ -85,3 +85,13 @@ class RolloutGuards:
         if tripped is not None:
             logger.error("%s", tripped)
         return tripped
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The streaks, one per statistic (0 where no threshold is set): a checkpoint part, so a
+        resumed run stops at the step the uninterrupted run would. Every statistic has its place,
+        so a resume with other thresholds set still loads (a newly set one starts at 0)."""
+        return {"streaks": torch.tensor([self.streaks.get(name, 0) for name in STATISTICS], dtype=torch.int64)}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        stored = dict(zip(STATISTICS, state["streaks"].tolist()))
+        self.streaks = {name: int(stored[name]) for name in self.thresholds}

@@ -172,8 +172,11 @@ class SanaRLTrainer(SanaTrainer):
         self.model.transformer.train()
         return info
 
+    optional_parts = frozenset({"guards"})  # written only while a [custom.guards] threshold is set
+
     def checkpoint_parts(self) -> dict[str, Any]:
-        return {**super().checkpoint_parts(), **self.policies.checkpoint_parts()}
+        guards = {"guards": self.guards} if self.guards.thresholds else {}
+        return {**super().checkpoint_parts(), **self.policies.checkpoint_parts(), **guards}
 
     def step_validation(self, *args: Any, **kwargs: Any) -> None:
         """RL validation runs on the rollout side (``[validation]`` rewards)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 import tomllib
 import typing
 from collections.abc import Iterable
@@ -142,15 +143,46 @@ def unknown_and_out_of_choice(model: type[BaseModel], data: dict[str, Any], pref
     return issues
 
 
+#: a location part pydantic adds for the member of a union it tried (``float``, ``list[float]``),
+#: not a key of the TOML
+_UNION_MEMBER = re.compile(r"^(int|float|str|bool|none|(list|dict|tuple|set|literal)\[.*\])$", re.I)
+
+
+def _named_key(err: dict[str, Any]) -> str | None:
+    """For an error a table's own validator raised (cosmos-rl's ``save_freq must be greater than 0``),
+    the first key of that table its message names, so that the report points at the key."""
+    table = err.get("input")
+    if err.get("type") != "value_error" or not isinstance(table, dict):
+        return None
+    named = [(m.start(), key) for key in table if (m := re.search(rf"\b{re.escape(str(key))}\b", err["msg"]))]
+    return min(named)[1] if named else None
+
+
 def validation_issues(exc: ValidationError, prefix: str = "") -> list[Issue]:
-    issues = []
+    """One issue per key path: a value that matches no member of a union (``optm_lr``: a float, a
+    list or a dict) is one issue listing the accepted types, not one per member."""
+    entries: list[tuple[str, str, bool]] = []  # (path, message or the refused value, from a union)
+    members: dict[str, list[str]] = {}
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         # discriminated-union members appear as a tag in the location: drop it
         loc = [p for p in loc if p not in ("grpo", "sft", "function-after[check_params_value(), GrpoConfig]")]
+        tried = [p for p in loc if _UNION_MEMBER.match(p)]
+        loc = [p for p in loc if not _UNION_MEMBER.match(p)]
+        key = _named_key(err)
+        if key is not None:
+            loc.append(key)
         path = ".".join(([prefix] if prefix else []) + loc) or "<root>"
-        issues.append(Issue(path, err["msg"]))
-    return issues
+        if not tried:
+            entries.append((path, err["msg"].removeprefix("Value error, "), False))
+            continue
+        if path not in members:
+            entries.append((path, repr(err.get("input")), True))
+        members.setdefault(path, []).extend(tried)
+    return [
+        Issue(path, f"{text} is none of the accepted types: {', '.join(dict.fromkeys(members[path]))}" if union else text)
+        for path, text, union in entries
+    ]
 
 
 def check_upstream(data: dict[str, Any]) -> list[Issue]:

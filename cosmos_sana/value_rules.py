@@ -79,6 +79,20 @@ def size_pair(value: Any) -> bool:
     return isinstance(value, list) and len(value) == 2 and all(positive_int(v) for v in value)
 
 
+def adam_betas(value: Any) -> bool:
+    """torch's Adam/AdamW refuse a beta outside [0, 1) only when the optimizer is built."""
+    return isinstance(value, list) and len(value) == 2 and all(_is_number(b) and 0.0 <= b < 1.0 for b in value)
+
+
+#: the sampling steps a recipe may ask for: SANA's schedulers train on 1000 timesteps, so more steps add
+#: no precision, while RL keeps every step's latents (a typo such as 100000 would exhaust memory late)
+MAX_SAMPLING_STEPS = 1000
+
+
+def sampling_steps(value: Any) -> bool:
+    return _is_int(value) and 1 <= value <= MAX_SAMPLING_STEPS
+
+
 def non_empty_names(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v for v in value)
 
@@ -97,6 +111,9 @@ RULES: tuple[Rule, ...] = (
     Rule("train.train_batch_per_replica", positive_int, "must be an integer >= 1"),
     Rule("train.optm_lr", learning_rate, "must be a finite learning rate >= 0"),
     Rule("train.optm_warmup_steps", lambda v: _is_number(v) and v >= 0, "must be >= 0"),
+    Rule("train.optm_betas", adam_betas, "must be [beta1, beta2], each in [0, 1), e.g. [0.9, 0.999]"),
+    Rule("train.optm_weight_decay", non_negative, "must be >= 0 (0 turns weight decay off)"),
+    Rule("train.epsilon", non_negative, "must be >= 0 (the optimizer's epsilon, e.g. 1e-8)"),
     Rule("train.train_policy.mini_batch", positive_int, "must be an integer >= 1"),
     Rule("train.train_policy.kl_beta", non_negative, "must be >= 0 (0 turns the KL term off)"),
     Rule("train.ckpt.max_keep", keep_count, "must be an integer >= 1, or -1 to keep every checkpoint"),
@@ -114,8 +131,12 @@ RULES: tuple[Rule, ...] = (
     Rule("policy.diffusers.train_frames", positive_int, "must be an integer >= 1"),
     Rule("policy.diffusers.inference_frames", positive_int, "must be an integer >= 1"),
     Rule("policy.diffusers.timesteps_fraction", fraction, "must be in (0, 1]"),
-    Rule("policy.diffusers.sample.num_steps", positive_int, "must be an integer >= 1"),
-    Rule("policy.diffusers.sample.eval_num_steps", positive_int, "must be an integer >= 1"),
+    Rule("policy.diffusers.sample.num_steps", sampling_steps, f"must be an integer in [1, {MAX_SAMPLING_STEPS}]"),
+    Rule("policy.diffusers.sample.eval_num_steps", sampling_steps,
+         f"must be an integer in [1, {MAX_SAMPLING_STEPS}]"),
+    Rule("policy.diffusers.sample.guidance_scale", non_negative,
+         "must be >= 0 (values up to 1 sample without classifier-free guidance)"),
+    Rule("policy.diffusers.sample.noise_level", non_negative, "must be >= 0 (the SDE noise level eta; 0 adds no noise)"),
 )
 
 
@@ -161,6 +182,20 @@ def relation_issues(data: dict[str, Any], defaults: Callable[[str], Any]) -> lis
         found.append((
             "train.train_batch_per_replica",
             f"{batch} is not a multiple of rollout.n_generation ({n}): every prompt's {n} samples form one group",
+        ))
+    mini_batch = get("train.train_policy.mini_batch")
+    if is_rl and positive_int(mini_batch) and positive_int(batch) and batch % mini_batch:
+        found.append((
+            "train.train_policy.mini_batch",
+            f"{mini_batch} does not divide train.train_batch_per_replica ({batch}): each optimizer step takes "
+            f"mini_batch samples of every replica's batch",
+        ))
+    fraction_, steps = get("policy.diffusers.timesteps_fraction"), get("policy.diffusers.sample.num_steps")
+    if is_rl and fraction(fraction_) and sampling_steps(steps) and int(steps * fraction_) < 1:
+        found.append((
+            "policy.diffusers.timesteps_fraction",
+            f"{fraction_!r} trains int({steps} * {fraction_!r}) = 0 of the {steps} sampling steps (the trainer "
+            f"would silently train 1): set it to at least 1/{steps} = {1 / steps:.4g}",
         ))
     best_of_n = lookup(data, "custom.rollout.best_of_n")
     drafts = best_of_n.get("num_drafts") if isinstance(best_of_n, dict) else None

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NFT = ROOT / "toml" / "tiny" / "sana-image-nft.toml"
 SFT = ROOT / "toml" / "tiny" / "sana-image-sft.toml"
 VIDEO_NFT = ROOT / "toml" / "tiny" / "sana-video-nft.toml"
+BEST_OF_N = ROOT / "toml" / "tiny" / "sana-image-nft-best-of-n.toml"
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +83,56 @@ def test_each_bad_value_is_refused_naming_its_key(override, key, nft_sets, regis
     error = issues_of(NFT, [*nft_sets, override], registry)
     assert any(issue.path.startswith(key) or key in issue.message for issue in error.issues), str(error)
     assert f"{NFT}: " in str(error)
+
+
+# values cosmos-rl's types let through that would fail late or silently mean something else:
+# (override, the exact key path reported, a word of the fix the message must give)
+SILENT_VALUES = [
+    ("train.ckpt.save_freq=-5", "train.ckpt.save_freq", "greater than 0"),  # cosmos-rl's check named only [train.ckpt]
+    ("train.optm_betas=[0.9, 1.5]", "train.optm_betas", "[0, 1)"),  # torch refused it once the model had loaded
+    ("train.optm_betas=[-0.1, 0.999]", "train.optm_betas", "[0, 1)"),
+    ("train.optm_betas=[0.9]", "train.optm_betas", "[0, 1)"),
+    ("train.optm_weight_decay=-0.01", "train.optm_weight_decay", ">= 0"),
+    ("train.epsilon=-1e-8", "train.epsilon", ">= 0"),
+    ('train.epoch="ten"', "train.epoch", "integer"),
+    ('train.optm_lr="fast"', "train.optm_lr", "float, list[float], dict[str,float]"),  # one issue, not one per type
+    ("policy.diffusers.inference_size=[32]", "policy.diffusers.inference_size", "[height, width]"),
+    ("policy.lora.lora_alpha=0", "policy.lora.lora_alpha", "> 0"),
+    ("policy.diffusers.sample.num_steps=100000", "policy.diffusers.sample.num_steps", "[1, 1000]"),
+    ("policy.diffusers.sample.guidance_scale=nan", "policy.diffusers.sample.guidance_scale", "finite"),
+    ("policy.diffusers.sample.guidance_scale=-3.0", "policy.diffusers.sample.guidance_scale", ">= 0"),
+    ("policy.diffusers.sample.noise_level=-1.0", "policy.diffusers.sample.noise_level", ">= 0"),
+    ("policy.diffusers.timesteps_fraction=1e-9", "policy.diffusers.timesteps_fraction", "at least 1/4 = 0.25"),
+    ("train.train_policy.mini_batch=64", "train.train_policy.mini_batch", "does not divide"),
+    ("train.train_policy.mini_batch=3", "train.train_policy.mini_batch", "does not divide"),
+    ("rollout.n_generation=16", "train.train_batch_per_replica", "multiple of rollout.n_generation"),
+    ('custom.rewards=[{name = "jpeg_compresibility"}]', "custom.rewards[0].name",
+     "did you mean 'jpeg_compressibility'?"),
+    ("custom.guards.max_saturation=-0.5", "custom.guards.max_saturation", "greater than or equal to 0"),
+    ("custom.guards.patience=0", "custom.guards.patience", "greater than or equal to 1"),
+]
+
+
+@pytest.mark.parametrize(("override", "key", "fix"), SILENT_VALUES, ids=[o for o, _, _ in SILENT_VALUES])
+def test_a_value_that_would_fail_late_is_refused_at_its_key(override, key, fix, nft_sets, registry):
+    error = issues_of(NFT, [*nft_sets, override], registry)
+    (issue,) = [i for i in error.issues if i.path == key] or [None]
+    assert issue is not None and fix in issue.message, str(error)
+
+
+def test_best_of_n_with_fewer_drafts_than_kept_samples(nft_sets, registry):
+    error = issues_of(BEST_OF_N, [*nft_sets, "custom.rollout.best_of_n.num_drafts=2"], registry)
+    assert any(i.path == "rollout.n_generation" and "num_drafts (2)" in i.message for i in error.issues), str(error)
+
+
+def test_late_failing_values_are_reported_together(nft_sets, registry):
+    sets = ["train.ckpt.save_freq=-5", "train.optm_betas=[0.9, 1.5]", "policy.lora.lora_alpha=0",
+            "policy.diffusers.sample.guidance_scale=nan", "train.train_policy.mini_batch=3",
+            'custom.rewards=[{name = "jpeg_compresibility"}]', "custom.guards.max_saturation=-0.5"]
+    error = issues_of(NFT, [*nft_sets, *sets], registry)
+    assert {i.path for i in error.issues} >= {
+        "train.ckpt.save_freq", "train.optm_betas", "policy.lora.lora_alpha", "policy.diffusers.sample.guidance_scale",
+        "train.train_policy.mini_batch", "custom.rewards[0].name", "custom.guards.max_saturation"}, str(error)
 
 
 def test_every_problem_is_reported_in_one_pass(nft_sets, registry):

@@ -100,11 +100,11 @@ def test_ddrl_real_data_continues_from_a_saved_position(tmp_path):
 
     interrupted = RealBatches(dataset, 2, seed=4)
     assert [next(interrupted) for _ in range(4)] == expected[:4]
-    save_state(interrupted.sampler.state_dict(), tmp_path / "real_data")
+    save_state(interrupted.state_dict(), tmp_path / "real_data")
     resumed = RealBatches(dataset, 2, seed=4)
-    state = resumed.sampler.state_dict()
+    state = resumed.state_dict()
     load_state(state, tmp_path / "real_data")
-    resumed.sampler.load_state_dict(state)
+    resumed.load_state_dict(state)
     assert [next(resumed) for _ in range(3)] == expected[4:]
 
 

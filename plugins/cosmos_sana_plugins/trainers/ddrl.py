@@ -25,8 +25,8 @@ from cosmos_sana_plugins.trainers.rl import RolloutBatch
 
 class RealBatches:
     """Shuffled batches of dataset items, epoch after epoch (a new order each epoch; an epoch's
-    last batch may be smaller). The order depends only on ``(seed, epoch)``; ``sampler`` (its
-    epoch and position) is the whole state a checkpoint needs."""
+    last batch may be smaller). The order depends only on ``(seed, epoch)``; the sampler's epoch
+    and position are the whole state a checkpoint needs."""
 
     def __init__(self, dataset: Any, batch_size: int, seed: int):
         from cosmos_sana.sample_order import EpochSampler
@@ -41,6 +41,16 @@ class RealBatches:
         if self.sampler.position >= len(self.sampler):
             self.sampler.set_epoch(self.sampler.epoch + 1)
         return [self.dataset[i] for i in islice(iter(self.sampler), self.batch_size)]
+
+    def state_dict(self) -> dict[str, int]:
+        """Epoch and position only. Every rank reads batches of one size from the whole dataset,
+        so they are equal on all ranks, and DCP keeps one copy of a plain value saved under the
+        same key by several ranks; the seed is each rank's own (``train.seed`` + rank), so a stored
+        one would come back as rank 0's on every rank."""
+        return {"epoch": self.sampler.epoch, "position": self.sampler.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.epoch, self.sampler.position = int(state["epoch"]), int(state["position"])
 
 
 class SanaDDRLTrainer(SanaFlowGRPOTrainer):
@@ -68,7 +78,7 @@ class SanaDDRLTrainer(SanaFlowGRPOTrainer):
         self.real_batches = RealBatches(dataset, size, (self.config.train.seed or 0) + self.global_rank)
 
     def checkpoint_parts(self) -> dict[str, Any]:
-        return {**super().checkpoint_parts(), "real_data": self.real_batches.sampler}
+        return {**super().checkpoint_parts(), "real_data": self.real_batches}
 
     def transform_advantages(self, adv: torch.Tensor) -> torch.Tensor:
         return losses.negative_exp_advantage(adv) if self.settings.trainer.exp_reward else adv

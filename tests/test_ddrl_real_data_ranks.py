@@ -1,0 +1,47 @@
+"""DDRL's real-data order resumes on every rank: each rank shuffles with its own seed
+(``train.seed`` + rank), and a checkpoint written by two gloo ranks (real DCP) continues both
+orders exactly. DCP keeps one copy of a plain value that several ranks save under one key, so a
+stored seed would come back as rank 0's on rank 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+WORKER = """
+import json, sys
+import torch.distributed as dist
+from cosmos_sana.checkpoint import load_checkpoint, save_checkpoint
+from cosmos_sana_plugins.trainers.ddrl import RealBatches
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+dataset = [f"item{i}" for i in range(5)]
+straight = RealBatches(dataset, 2, seed=4 + rank)
+expected = [next(straight) for _ in range(7)]
+interrupted = RealBatches(dataset, 2, seed=4 + rank)
+[next(interrupted) for _ in range(4)]
+path = save_checkpoint(sys.argv[1], 4, {"real_data": interrupted})
+resumed = RealBatches(dataset, 2, seed=4 + rank)
+load_checkpoint(path, {"real_data": resumed})
+got = [next(resumed) for _ in range(3)]
+json.dump({"expected": expected[4:], "got": got, "first": expected[:3]}, open(f"{sys.argv[1]}/rank{rank}.json", "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_two_ranks_resume_their_own_real_data_orders(tmp_path):
+    from test_checkpoint_reshard import free_port
+
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(script), str(tmp_path)]
+    result = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert ranks[0]["first"] != ranks[1]["first"]  # the ranks' orders differ
+    for got in ranks:
+        assert got["got"] == got["expected"]

@@ -130,3 +130,30 @@ def test_recipe_check_skips_validation_data_a_run_would_not_load(tmp_path, image
 def test_hf_imagefolder_metadata_file_given_directly(imagefolder, capsys):
     code, report = check(imagefolder / "metadata.jsonl", capsys)
     assert (code, report["counts"], report["bad"]) == (0, {"imagefolder/image": 2}, 0)
+
+
+def test_imagefolder_split_subfolder_and_csv_metadata_name_the_fix(tmp_path, capsys):
+    """An imagefolder whose metadata.jsonl sits in a split folder, or whose metadata is a CSV, reads as the
+    ``folder`` layout: each image's missing caption says which file was not read and what to do."""
+    split = tmp_path / "hf" / "train"
+    write_image(split / "0001.png", solid(16, 16, RED))
+    write_lines(split / "metadata.jsonl", [{"file_name": "0001.png", "text": "a red square"}])
+    code, report = check(tmp_path / "hf", capsys)
+    assert code == 1 and [b["reason"] for b in report["bad_samples"]] == [
+        f"missing caption: neither 0001.txt nor 0001.json beside it; {split / 'metadata.jsonl'} is read when the "
+        f"dataset path is {split} itself"]
+    assert check(split, capsys)[1]["counts"] == {"imagefolder/image": 1}
+    csv = tmp_path / "csv"
+    write_image(csv / "0001.png", solid(16, 16, RED))
+    (csv / "metadata.csv").write_text("file_name,text\n0001.png,a red square\n")
+    code, report = check(csv, capsys)
+    assert code == 1 and f"{csv / 'metadata.csv'} is not read: write it as metadata.jsonl" in report["bad_samples"][0]["reason"]
+
+
+def test_recipe_check_names_the_table_of_a_missing_dataset(tmp_path, capsys):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(f'[train]\noutput_dir = "out"\n[policy.diffusers]\ninference_size = [8, 8]\n[custom]\n'
+                      f'package = "cosmos-sana"\n[custom.data]\nname = "images"\n'
+                      f'args = {{ path = "{tmp_path / "gone"}" }}\n')
+    assert main(["data", "check", str(recipe)]) == 1
+    assert f"FAIL: custom.data (images): {tmp_path / 'gone'}: no such file or directory" in capsys.readouterr().err

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except checker.error as exc:
+    except (checker.error, _Unusable) as exc:
         print(f"FAIL: {exc}", file=sys.stderr)
         return 1
     if args.json:
@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
 
 class _UsageError(Exception):
     pass
+
+
+class _Unusable(Exception):
+    """A recipe's dataset as a whole is unusable (its path is missing): the message names its table."""
 
 
 def data_checker(registry: Any) -> Any:
@@ -111,9 +115,12 @@ def _recipe_reports(path: str, registry: Any, checker: Any) -> list[Any]:
                       "is false)", file=sys.stderr)
                 continue
             params = component_params(registry, "dataset", ref, f"custom.{field}")
-            with checker.quiet():
-                dataset = registry.get("dataset", ref.name).load()(params, cosmos_config=raw, on_bad_sample="skip")
-                reports.append(checker.check_dataset(dataset, f"custom.{field} ({ref.name})", ref.on_bad_sample))
+            try:
+                with checker.quiet():
+                    dataset = registry.get("dataset", ref.name).load()(params, cosmos_config=raw, on_bad_sample="skip")
+                    reports.append(checker.check_dataset(dataset, f"custom.{field} ({ref.name})", ref.on_bad_sample))
+            except checker.error as exc:
+                raise _Unusable(f"custom.{field} ({ref.name}): {exc}") from exc
     except (SettingsError, PluginError) as exc:
         raise _UsageError(str(exc)) from exc
     if not reports:

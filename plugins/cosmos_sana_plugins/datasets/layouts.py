@@ -294,7 +294,19 @@ def _with_sidecar(root: Path, file: Path, sidecars: dict[str, Path]) -> SampleRe
         return SampleRef(key, MediaSource(file), modality, "flat", sidecar=MediaSource(sidecars[".txt"]))
     if ".json" in sidecars:
         return SampleRef(key, MediaSource(file), modality, "cosmos", sidecar=MediaSource(sidecars[".json"]))
-    return BadSampleError(file, f"missing caption: neither {file.stem}.txt nor {file.stem}.json beside it")
+    return BadSampleError(file, f"missing caption: neither {file.stem}.txt nor {file.stem}.json beside it"
+                                f"{_imagefolder_hint(root, file.parent)}")
+
+
+def _imagefolder_hint(root: Path, folder: Path) -> str:
+    """Why an image of a Hugging Face imagefolder read as the ``folder`` layout has no caption: its
+    ``metadata.jsonl`` is in a subfolder (a split such as ``train/``), or its metadata is a CSV."""
+    if folder != root and (folder / HF_METADATA_FILE).is_file():
+        return f"; {folder / HF_METADATA_FILE} is read when the dataset path is {folder} itself"
+    if (folder / "metadata.csv").is_file():
+        return (f"; {folder / 'metadata.csv'} is not read: write it as {HF_METADATA_FILE}, one "
+                '{"file_name": ..., "text": ...} a line')
+    return ""
 
 
 def _sana_meta(root: Path, modalities: tuple[Modality, ...]) -> Iterator[SampleRef | BadSampleError]:

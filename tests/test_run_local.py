@@ -167,9 +167,13 @@ def test_run_local_trains_video_recipes(recipe, tiny_video_pipeline_dir, tmp_pat
              "validation.enable=false"] if "sft" in recipe else ["policy.diffusers.sample.num_steps=2"]
     args = run_args(recipe, tiny_video_pipeline_dir, tmp_path / "out", [*extra, "train.max_num_steps=2", "train.ckpt.save_freq=2"])
     assert main(args) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
     assert (summary["first_step"], summary["last_step"], summary["steps_run"]) == (1, 2, 2)
     assert summary["checkpoint"].endswith("iter_000000002")
+    assert summary["export"] == str(Path(summary["output_dir"]) / "safetensors" / "step_2")
+    assert any(Path(summary["export"]).iterdir())
+    assert f"[run] step 2 of 2 done: checkpoint {summary['checkpoint']}, export {summary['export']}" in err
     assert (Path(summary["output_dir"]) / "logs" / "metrics.jsonl").read_text().count("\n") == 2
 
 

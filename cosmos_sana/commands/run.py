@@ -6,7 +6,8 @@ launch registers (model, trainer, rollout, rewards, datasets, DCP checkpoints) d
 ``<train.output_dir>/<timestamp>/checkpoints/iter_<step>/`` and ``logs/metrics.jsonl``, stops at
 ``train.max_num_steps``, checkpoints every ``train.ckpt.save_freq`` steps and continues from the
 latest complete checkpoint with ``train.resume = true``. Progress goes to stderr (a bar, unless
-``[custom.logging] progress_bar = false``); a JSON summary is the last line on stdout.
+``[custom.logging] progress_bar = false``), ending with a line naming the last checkpoint and
+the safetensors export of the last step; a JSON summary is the last line on stdout.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
         print(f"[run] resumed at step {trainer.train_step} of {total}", file=sys.stderr, flush=True)
     reports = train_local(config, components, steps=total, dataset=dataset)
     checkpoints = list_checkpoints(config.train.output_dir)
+    export = Path(config.train.output_dir) / "safetensors" / f"step_{trainer.train_step}"
     summary = {
         "kind": kind,
         "output_dir": str(config.train.output_dir),
@@ -72,8 +74,11 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
         "total_steps": total,
         "steps_run": len(reports),
         "checkpoint": str(checkpoints[-1]) if checkpoints else None,
+        "export": str(export) if export.is_dir() else None,
         "last_report": {k: v for k, v in (reports[-1] if reports else {}).items() if isinstance(v, (int, float))},
     }
+    where = ", ".join(f"{key} {summary[key]}" for key in ("checkpoint", "export") if summary[key]) or "nothing saved"
+    print(f"[run] step {trainer.train_step} of {total} done: {where}", file=sys.stderr, flush=True)
     return summary, reports
 
 

@@ -29,13 +29,14 @@ def test_a_resumed_run_continues_the_streak(tmp_path):
     assert tripped is not None and (tripped.statistic, tripped.step, tripped.streak) == ("saturation", 3, 3)
 
 
-def test_a_resume_with_other_thresholds_keeps_the_common_streaks(tmp_path):
-    first = guards(max_periodicity=0.5)
-    first.check(HIGH, 1)
+def test_a_streak_carries_over_only_where_its_threshold_is_unchanged(tmp_path):
+    first = guards(max_periodicity=0.5, max_high_freq=0.1)
+    first.check({**HIGH, "guard/high_freq": 0.5}, 1)
     path = save_checkpoint(tmp_path, 1, {"guards": first})
-    resumed = guards(max_periodicity=0.5, max_saturation=0.9)  # saturation newly guarded: its streak starts at 0
+    # periodicity unchanged; high_freq's ceiling moved; saturation newly guarded
+    resumed = guards(max_periodicity=0.5, max_high_freq=0.2, max_saturation=0.9)
     load_checkpoint(path, {"guards": resumed})
-    assert resumed.streaks == {"periodicity": 1, "saturation": 0}
+    assert resumed.streaks == {"periodicity": 1, "high_freq": 0, "saturation": 0}
 
 
 def test_a_run_resumed_mid_streak_stops_where_the_uninterrupted_run_stops(

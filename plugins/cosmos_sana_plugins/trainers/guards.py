@@ -87,11 +87,18 @@ class RolloutGuards:
         return tripped
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The streaks, one per statistic (0 where no threshold is set): a checkpoint part, so a
-        resumed run stops at the step the uninterrupted run would. Every statistic has its place,
-        so a resume with other thresholds set still loads (a newly set one starts at 0)."""
-        return {"streaks": torch.tensor([self.streaks.get(name, 0) for name in STATISTICS], dtype=torch.int64)}
+        """The streaks and the thresholds they were counted against, one slot per statistic (both 0
+        where no threshold is set: such a slot carries over as a fresh count). A checkpoint part,
+        so a resumed run stops at the step the uninterrupted run would."""
+        return {
+            "streaks": torch.tensor([self.streaks.get(name, 0) for name in STATISTICS], dtype=torch.int64),
+            "thresholds": torch.tensor([self.thresholds.get(name, 0.0) for name in STATISTICS], dtype=torch.float64),
+        }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        stored = dict(zip(STATISTICS, state["streaks"].tolist()))
-        self.streaks = {name: int(stored[name]) for name in self.thresholds}
+        """A streak carries over where its threshold is unchanged; a changed or newly set threshold
+        counts from 0 (the stored steps were over another ceiling)."""
+        stored = dict(zip(STATISTICS, zip(state["streaks"].tolist(), state["thresholds"].tolist())))
+        self.streaks = {
+            name: int(stored[name][0]) if stored[name][1] == threshold else 0 for name, threshold in self.thresholds.items()
+        }

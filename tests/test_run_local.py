@@ -177,6 +177,22 @@ def test_run_local_trains_video_recipes(recipe, tiny_video_pipeline_dir, tmp_pat
     assert (Path(summary["output_dir"]) / "logs" / "metrics.jsonl").read_text().count("\n") == 2
 
 
+@pytest.mark.usefixtures("torch_single_thread")
+def test_a_resume_with_nothing_left_names_the_restored_checkpoint(tiny_image_pipeline_dir, tmp_path, capsys):
+    """Resuming a finished run trains nothing; the summary still names the checkpoint and export it holds."""
+    args = run_args("toml/tiny/sana-image-nft.toml", tiny_image_pipeline_dir, tmp_path / "out",
+                    ["train.max_num_steps=1", "policy.diffusers.sample.num_steps=2"])
+    assert main(args) == 0
+    done = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    time.sleep(1.1)  # run folders are named by the second: the resume gets a folder of its own
+    assert main([*args, "--set", "train.resume=true"]) == 0
+    out, err = capsys.readouterr()
+    again = json.loads(out.strip().splitlines()[-1])
+    assert again["output_dir"] != done["output_dir"] and (again["steps_run"], again["last_step"]) == (0, 1)
+    assert (again["checkpoint"], again["export"]) == (done["checkpoint"], done["export"]) != (None, None)
+    assert f"[run] step 1 of 1 done: checkpoint {done['checkpoint']}, export {done['export']}" in err
+
+
 def test_a_tripped_guard_stops_the_run_with_its_message_and_no_traceback(tiny_image_pipeline_dir, tmp_path, capsys):
     """A deliberate stop (here a reward-hacking guard: any saturation is over 1e-6) is one message
     on stderr and exit status 1, not a traceback; nothing is checkpointed past it."""

@@ -46,7 +46,7 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
     """Train the validated recipe ``data`` in this process; the run's summary and each step's report."""
     import copy
 
-    from cosmos_sana.checkpoint import list_checkpoints
+    from cosmos_sana.checkpoint import list_checkpoints, resolve_resume, runs_root
     from cosmos_sana.compat.cosmos_rl import cosmos_config_class
     from cosmos_sana.local_run import build_components, is_sft, recipe_dataset, total_steps, train_local
 
@@ -61,11 +61,14 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
     dataset = recipe_dataset(config)
     total = total_steps(config, dataset)
     first = trainer.train_step + 1
-    if first > 1:
+    resumed_from = None
+    if first > 1:  # the checkpoint the trainer restored: the newest one before this run writes any
+        resumed_from = resolve_resume(config.train.resume, runs_root(config.train.output_dir, config.train.timestamp))
         print(f"[run] resumed at step {trainer.train_step} of {total}", file=sys.stderr, flush=True)
     reports = train_local(config, components, steps=total, dataset=dataset)
     checkpoints = list_checkpoints(config.train.output_dir)
-    export = Path(config.train.output_dir) / "safetensors" / f"step_{trainer.train_step}"
+    latest = checkpoints[-1] if checkpoints else resumed_from  # nothing left to train: the restored one
+    export = latest.parent.parent / "safetensors" / f"step_{trainer.train_step}" if latest else None
     summary = {
         "kind": kind,
         "output_dir": str(config.train.output_dir),
@@ -73,8 +76,8 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
         "last_step": trainer.train_step,
         "total_steps": total,
         "steps_run": len(reports),
-        "checkpoint": str(checkpoints[-1]) if checkpoints else None,
-        "export": str(export) if export.is_dir() else None,
+        "checkpoint": str(latest) if latest else None,
+        "export": str(export) if export and export.is_dir() else None,
         "last_report": {k: v for k, v in (reports[-1] if reports else {}).items() if isinstance(v, (int, float))},
     }
     where = ", ".join(f"{key} {summary[key]}" for key in ("checkpoint", "export") if summary[key]) or "nothing saved"

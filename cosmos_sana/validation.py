@@ -86,6 +86,16 @@ def _is_list(annotation: Any) -> bool:
     return any(_is_list(a) for a in typing.get_args(annotation) if typing.get_origin(a) is not None)
 
 
+TABLE_EXPECTED = "must be a table"
+
+
+def _is_table(annotation: Any) -> bool:
+    """True when a field only takes a table: a pydantic model, or a union of models (``train_policy``)."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) is not None else (annotation,)
+    members = tuple(m for m in members if m is not type(None))
+    return bool(members) and all(isinstance(m, type) and issubclass(m, BaseModel) for m in members)
+
+
 def _pick_variant(models: list[type[BaseModel]], value: dict[str, Any]) -> type[BaseModel] | None:
     """For a discriminated union (``train_policy``), the member matching ``type``."""
     if len(models) == 1:
@@ -130,7 +140,9 @@ def unknown_and_out_of_choice(model: type[BaseModel], data: dict[str, Any], pref
         models = _model_classes(field.annotation)
         if not models:
             continue
-        if isinstance(value, dict):
+        if not isinstance(value, dict) and _is_table(field.annotation):
+            issues.append(Issue(path, f"{value!r} {TABLE_EXPECTED} ([{path}] with its keys)"))
+        elif isinstance(value, dict):
             variant = _pick_variant(models, value)
             if variant is not None:
                 issues.extend(unknown_and_out_of_choice(variant, value, path))
@@ -192,6 +204,8 @@ def check_upstream(data: dict[str, Any]) -> list[Issue]:
     CosmosConfig = cosmos_config_class()
     upstream = {k: v for k, v in data.items() if k != "custom"}
     issues = unknown_and_out_of_choice(CosmosConfig, upstream, "")
+    if any(TABLE_EXPECTED in issue.message for issue in issues):
+        return issues  # cosmos-rl's own validators would index such a value as a table and crash
     if not isinstance(data.get("train"), dict):  # cosmos-rl's own checks would fail with a KeyError
         issues.append(Issue("train", "missing table: cosmos-rl requires [train] (with output_dir)"))
         return issues
@@ -330,7 +344,8 @@ def upstream_default(key: str, data: dict[str, Any]) -> Any:
             return None
         if index == len(parts) - 1:
             return field.get_default(call_default_factory=True)
-        node = node.get(part, {}) if isinstance(node, dict) else {}
+        node = node.get(part)
+        node = node if isinstance(node, dict) else {}  # a value where a table belongs is reported elsewhere
         models = _model_classes(field.annotation)
         model = _pick_variant(models, node) if models else None
         if model is None and models:

@@ -29,6 +29,19 @@ def lookup(data: dict[str, Any], dotted: str) -> Any:
     return node
 
 
+def under_tables(data: dict[str, Any], dotted: str) -> bool:
+    """False when a parent of ``a.b.c`` is given but is not a table (``rollout = 1``): its default
+    does not apply then, the parent itself is the error."""
+    node: Any = data
+    for part in dotted.split(".")[:-1]:
+        if part not in node:
+            return True
+        node = node[part]
+        if not isinstance(node, dict):
+            return False
+    return True
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -171,7 +184,9 @@ def relation_issues(data: dict[str, Any], defaults: Callable[[str], Any]) -> lis
 
     def get(key: str) -> Any:
         value = lookup(data, key)
-        return defaults(key) if value is MISSING else value
+        if value is not MISSING:
+            return value
+        return defaults(key) if under_tables(data, key) else None
 
     is_rl = get("train.train_policy.type") == RL_POLICY_TYPE
     custom = data.get("custom") if isinstance(data.get("custom"), dict) else {}

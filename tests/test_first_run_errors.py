@@ -42,6 +42,14 @@ def test_a_folder_as_recipe_is_named(tmp_path, capsys):
     assert f"{tmp_path}: <file>: is a folder" in capsys.readouterr().err
 
 
+def test_validate_dump_to_a_missing_folder_is_named(tmp_path, capsys):
+    recipe = Path(__file__).resolve().parents[1] / "toml" / "tiny" / "sana-image-nft.toml"
+    target = tmp_path / "no-such-folder" / "resolved.toml"
+    assert main(["validate", str(recipe), "--no-path-check", "--dump", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --dump {target}: No such file or directory" in err and "Traceback" not in err
+
+
 def test_score_config_that_is_binary_is_named(binary_recipe, image, capsys):
     assert main(["score", str(image), "--config", str(binary_recipe)]) == 2
     assert f"--config {binary_recipe}: <file>: not a text file" in capsys.readouterr().err

@@ -120,6 +120,16 @@ def test_a_value_that_would_fail_late_is_refused_at_its_key(override, key, fix, 
     assert issue is not None and fix in issue.message, str(error)
 
 
+@pytest.mark.parametrize("override", ["train.train_policy=3", "rollout=1", "policy.diffusers.sample=1", "logging=false"])
+def test_a_value_where_a_table_belongs_is_one_issue_not_a_traceback(override, nft_sets, registry):
+    """cosmos-rl's own validators indexed ``train_policy = 3`` as a table (a TypeError); the defaults of
+    the keys below such a value do not feed the rules between keys either."""
+    key = override.partition("=")[0]
+    error = issues_of(NFT, [*nft_sets, override], registry)
+    assert [(i.path, i.message) for i in error.issues] == [
+        (key, f"{override.partition('=')[2].replace('false', 'False')} must be a table ([{key}] with its keys)")]
+
+
 def test_best_of_n_with_fewer_drafts_than_kept_samples(nft_sets, registry):
     error = issues_of(BEST_OF_N, [*nft_sets, "custom.rollout.best_of_n.num_drafts=2"], registry)
     assert any(i.path == "rollout.n_generation" and "num_drafts (2)" in i.message for i in error.issues), str(error)

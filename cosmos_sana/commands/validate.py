@@ -49,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"{path}: OK")
         if args.dump:
-            _dump(data, args.dump)
+            try:
+                _dump(data, args.dump)
+            except OSError as exc:
+                print(f"error: --dump {args.dump}: {exc.strerror or exc}", file=sys.stderr)
+                return 2
     return 1 if failed else 0
 
 

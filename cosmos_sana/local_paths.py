@@ -118,7 +118,7 @@ def inference_size_issues(data: dict[str, Any]) -> list[tuple[str, str]]:
 
 def dataset_issues(data: dict[str, Any]) -> list[tuple[str, str]]:
     """Every ``[custom.<data>] args.path``; the validation set's only when validation is on."""
-    found = []
+    missing: dict[str, list[str]] = {}  # path → the keys naming it (training and validation data may share one)
     validating = lookup(data, "validation.enable") is True
     for field in DATA_FIELDS:
         if field == "val_data" and not validating:
@@ -126,10 +126,14 @@ def dataset_issues(data: dict[str, Any]) -> list[tuple[str, str]]:
         path = lookup(data, f"custom.{field}.args.path")
         if not isinstance(path, str) or is_remote(path) or Path(path).expanduser().exists():
             continue
-        found.append((f"custom.{field}.args.path",
-                      f"{path!r} does not exist{_where(path)}: point it at your data (layouts: README 'Data') "
-                      f"and check it with `cosmos-sana data check {path}`"))
-    return found
+        missing.setdefault(path, []).append(f"custom.{field}.args.path")
+    return [(keys[0], f"{path!r} does not exist{_where(path)}{_also(keys[1:])}: point it at your data "
+                      f"(layouts: README 'Data') and check it with `cosmos-sana data check {path}`")
+            for path, keys in missing.items()]
+
+
+def _also(keys: list[str]) -> str:
+    return f" (also the path of {' and '.join(keys)})" if keys else ""
 
 
 def checkpoint_issues(data: dict[str, Any]) -> list[tuple[str, str]]:

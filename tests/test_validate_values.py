@@ -194,6 +194,16 @@ def test_validation_data_is_checked_only_when_validation_is_on(tiny_image_pipeli
     validate_file(SFT, [*sets, "validation.enable=false"], registry, paths=True)
 
 
+def test_one_missing_folder_for_training_and_validation_data_is_one_issue(tiny_image_pipeline_dir, tmp_path, registry):
+    missing = tmp_path / "images"
+    sets = [f'policy.model_name_or_path="{tiny_image_pipeline_dir}"', f'train.output_dir="{tmp_path}"',
+            f'custom.data.args.path="{missing}"', f'custom.val_data.args.path="{missing}"']
+    error = issues_of(SFT, sets, registry)
+    assert [(i.path, i.message) for i in error.issues] == [(
+        "custom.data.args.path", f"{str(missing)!r} does not exist (also the path of custom.val_data.args.path): "
+        f"point it at your data (layouts: README 'Data') and check it with `cosmos-sana data check {missing}`")]
+
+
 def test_validation_dataset_is_not_built_when_validation_is_off(tmp_path, image_folder, registry):
     """With ``[validation] enable = false`` the factory builds nothing: a missing validation folder
     cannot stop the run (it used to, after the model had loaded)."""

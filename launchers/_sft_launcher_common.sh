@@ -69,8 +69,15 @@ print_root_cause() {
       129 | 130 | 137 | 143) stopped="SIG$(kill -l "$((status - 128))") (exit status $status)" ;;
     esac
   fi
+  local sender=""
+  case $stopped in
+    SIGINT*) sender=" (Ctrl-C)" ;;
+    SIGKILL*) sender=" (the kernel's out-of-memory killer, see dmesg, or a scheduler)" ;;
+    SIGHUP*) sender=" (a closed terminal)" ;;
+    SIG*) sender=" (a timeout or a scheduler)" ;;
+  esac
   [[ -n $stopped ]] &&
-    echo "$LAUNCHER_NAME: the launch was stopped by $stopped (a timeout, Ctrl-C or a scheduler's kill); the shutdown messages it caused are not shown" >&2
+    echo "$LAUNCHER_NAME: the launch was stopped by $stopped$sender; the shutdown messages it caused are not shown" >&2
   logs=("$dir/controller.log")
   for log in "$dir"/*.log; do
     [[ $log == "$dir/controller.log" ]] || logs+=("$log")

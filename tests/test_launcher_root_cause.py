@@ -64,7 +64,7 @@ def test_only_shutdown_symptoms_are_reported_as_such(workspace: dict[str, str], 
 def test_a_trainer_killed_by_a_signal_is_reported_as_stopped(workspace: dict[str, str], tmp_path: Path) -> None:
     result = run_with_logs(workspace, tmp_path, f"{SHUTDOWN_CONTROLLER};{SHUTDOWN_POLICY}", status=143)
     assert result.returncode == 143
-    assert "the launch was stopped by SIGTERM (exit status 143)" in result.stderr
+    assert "the launch was stopped by SIGTERM (exit status 143) (a timeout or a scheduler)" in result.stderr
     assert "no error before the stop" in result.stderr
     assert "CancelledError" not in result.stderr and "first error in" not in result.stderr
 
@@ -76,3 +76,8 @@ def test_a_launch_stopped_by_sigterm_says_so_and_keeps_the_earlier_error(workspa
     assert "the launch was stopped by SIGTERM (" in result.stderr, result.stderr
     assert f"first error in {logs_dir(tmp_path) / 'policy_0.log'}:2: [rank0]: RuntimeError: NCCL watchdog" in result.stderr
     assert "CancelledError" not in result.stderr
+
+
+def test_a_trainer_killed_by_sigkill_points_at_the_oom_killer(workspace: dict[str, str], tmp_path: Path) -> None:
+    result = run_with_logs(workspace, tmp_path, "policy_0=loading|step 1", status=137)
+    assert "stopped by SIGKILL (exit status 137) (the kernel's out-of-memory killer, see dmesg" in result.stderr

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from fixtures_ranks import run_two_ranks
 
 from cosmos_sana.checkpoint import ModelState, OptimizerState, RNGState, load_checkpoint, resolve_resume
 
@@ -60,21 +57,11 @@ WORKER = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_rank_fsdp_checkpoint_resumes_on_one_rank(tmp_path: Path, tiny_image_pipeline_dir: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     reference_file = tmp_path / "reference.pt"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(script), str(tmp_path / "run"), str(reference_file)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_two_ranks(script, tmp_path / "run", reference_file, timeout=300)
 
     path = resolve_resume(True, tmp_path / "run")
     assert len(list((path / "model").glob("*.distcp"))) > 2  # both ranks wrote their shards, in 200-byte chunks

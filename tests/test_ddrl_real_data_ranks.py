@@ -6,9 +6,6 @@ stored seed would come back as rank 0's on rank 1."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 WORKER = """
 import json, sys
@@ -33,14 +30,11 @@ dist.destroy_process_group()
 
 
 def test_two_ranks_resume_their_own_real_data_orders(tmp_path):
-    from test_checkpoint_reshard import free_port
+    from fixtures_ranks import run_two_ranks
 
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(script), str(tmp_path)]
-    result = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_two_ranks(script, tmp_path, timeout=300)
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert ranks[0]["first"] != ranks[1]["first"]  # the ranks' orders differ
     for got in ranks:

@@ -192,19 +192,12 @@ with open(f"{sys.argv[1]}/rank{rank}.json", "w") as handle:  # two ranks' stdout
 def test_ranks_agree_on_a_non_finite_step(tmp_path: Path) -> None:
     """A NaN seen by one rank stops every rank (a rank going on alone would hang the next collective)."""
     import json
-    import socket
-    import subprocess
-    import sys
+
+    from fixtures_ranks import run_two_ranks
 
     script = tmp_path / "agree.py"
     script.write_text(AGREE)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(script), str(tmp_path)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_two_ranks(script, tmp_path, timeout=300)
     lines = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["any"] for r in lines] == [True, True]
     assert lines[0]["problem"] == "non-finite loss term 'loss' (on another rank)"

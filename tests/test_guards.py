@@ -270,18 +270,11 @@ dist.destroy_process_group()
 def test_ranks_share_the_means_and_stop_together(tmp_path):
     """Two gloo ranks with different rollouts: both see the mean over all 5 samples (2 saturated of 5
     = 0.4) and both trip, although rank 1's own samples (saturation 0) would not."""
-    import os
-    import subprocess
-    import sys
-
-    from test_checkpoint_reshard import free_port
+    from fixtures_ranks import run_two_ranks
 
     script = tmp_path / "worker.py"
     script.write_text(TWO_RANKS)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(script), str(tmp_path)]
-    result = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_two_ranks(script, tmp_path, timeout=300)
     message = "guard: saturation = 0.4 > 0.3 at step 1 (set [custom.guards] max_saturation to change)"
     for rank in (0, 1):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())

@@ -9,16 +9,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from test_checkpoint_reshard import free_port
+import fixtures_ranks
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_single_thread")]
 
@@ -137,11 +134,7 @@ def run_two_ranks(worker: str, pipeline: Path, tmp_path: Path) -> None:
     """``worker`` (its args: pipeline, output folder, this tests folder) on 2 ranks under torchrun."""
     script = tmp_path / "worker.py"
     script.write_text(worker)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           str(script), str(pipeline), str(tmp_path), str(Path(__file__).resolve().parent)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    fixtures_ranks.run_two_ranks(script, pipeline, tmp_path, Path(__file__).resolve().parent)
 
 
 def test_two_fsdp_ranks_train_one_model(tmp_path: Path, tiny_image_pipeline_dir: Path) -> None:

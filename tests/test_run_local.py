@@ -193,6 +193,21 @@ def test_a_resume_with_nothing_left_names_the_restored_checkpoint(tiny_image_pip
     assert f"[run] step 1 of 1 done: checkpoint {done['checkpoint']}, export {done['export']}" in err
 
 
+@pytest.mark.usefixtures("torch_single_thread")
+def test_a_resume_from_another_kind_of_run_is_refused_by_name(tiny_image_pipeline_dir, tmp_path, capsys):
+    """An NFT recipe pointed at a GRPO run's folder: the trainer and its LoRA adapters differ, so the
+    resume is refused before anything loads or trains (a partial load would skip NFT's ``old`` adapter)."""
+    out = tmp_path / "out"
+    assert main(run_args("toml/tiny/sana-image-grpo.toml", tiny_image_pipeline_dir, out, ["train.max_num_steps=1"])) == 0
+    grpo = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    args = run_args("toml/tiny/sana-image-nft.toml", tiny_image_pipeline_dir, out, ["train.max_num_steps=2", "train.resume=true"])
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"error: train.resume: {grpo['checkpoint']} was written by another kind of run (" in err
+    assert "policy.lora.lora_names" in err and "train.train_policy.trainer_type" in err and "Traceback" not in err
+    assert [p.name for p in out.glob("*/checkpoints/iter_*")] == ["iter_000000001"]
+
+
 def test_a_tripped_guard_stops_the_run_with_its_message_and_no_traceback(tiny_image_pipeline_dir, tmp_path, capsys):
     """A deliberate stop (here a reward-hacking guard: any saturation is over 1e-6) is one message
     on stderr and exit status 1, not a traceback; nothing is checkpointed past it."""

@@ -119,6 +119,24 @@ def changed_settings(checkpoint: str | Path, config: Any) -> list[str]:
     )
 
 
+#: settings whose change makes a continuation train something else: another trainer, or other LoRA
+#: adapters (a missing adapter would be skipped silently by a partial load)
+RUN_KIND_KEYS = frozenset({"train.train_policy.type", "train.train_policy.trainer_type"})
+RUN_KIND_PREFIXES = ("policy.lora.",)
+
+
+def refuse_other_run(checkpoint: str | Path, changed: list[str]) -> None:
+    """Raise :class:`CheckpointError` when ``changed`` (from :func:`changed_settings`) holds a
+    setting that makes ``checkpoint`` another kind of run; other changes only make it differ."""
+    kind = [key for key in changed if key in RUN_KIND_KEYS or key.startswith(RUN_KIND_PREFIXES)]
+    if kind:
+        raise CheckpointError(
+            f"train.resume: {checkpoint} was written by another kind of run ({', '.join(kind)} differ); "
+            "resume continues the run a checkpoint belongs to: use another train.output_dir, or "
+            "train.resume = false, to start this recipe afresh"
+        )
+
+
 def package_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -86,6 +86,7 @@ def run_recipe(data: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any
 
 
 def run(args: argparse.Namespace) -> int:
+    from cosmos_sana.checkpoint import CheckpointError
     from cosmos_sana.plugin_manager import PluginError, installed_plugins
     from cosmos_sana.run_errors import RunStopped
     from cosmos_sana.validation import ConfigInvalid, validate_file
@@ -109,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
         summary, _ = run_recipe(data)
     except RunStopped as exc:
         print(f"stopped: {exc}", file=sys.stderr)
+        return 1
+    except CheckpointError as exc:  # a checkpoint train.resume cannot continue from
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(summary))
     return 0

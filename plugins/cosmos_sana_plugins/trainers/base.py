@@ -238,11 +238,13 @@ class SanaTrainer(Trainer):
         """
         from cosmos_sana.checkpoint import load_checkpoint, resolve_resume, runs_root
         from cosmos_sana.checkpoint.controller_resume import TRAINER_PART, restore_counters
-        from cosmos_sana.checkpoint.training import changed_settings
+        from cosmos_sana.checkpoint.training import changed_settings, refuse_other_run
 
         path = resolve_resume(self.config.train.resume, runs_root(self.output_dir, self.config.train.timestamp))
         if path is None:
             return {}
+        changed = changed_settings(path, self.config)
+        refuse_other_run(path, changed)
         parts = self.checkpoint_parts()
         for name in self.optional_parts & set(parts):
             if not (path / name).is_dir():
@@ -252,7 +254,6 @@ class SanaTrainer(Trainer):
             self.lr_schedulers = self.build_lr_schedulers()
             parts["scheduler"] = self.lr_schedulers
         load_checkpoint(path, parts)
-        changed = changed_settings(path, self.config)
         if changed:
             logger.warning(
                 "resuming from %s with settings that differ from the run that wrote it (%s): the "

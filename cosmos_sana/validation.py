@@ -164,7 +164,7 @@ def _named_key(err: dict[str, Any]) -> str | None:
     """For an error a table's own validator raised (cosmos-rl's ``save_freq must be greater than 0``),
     the first key of that table its message names, so that the report points at the key."""
     table = err.get("input")
-    if err.get("type") != "value_error" or not isinstance(table, dict):
+    if err.get("type") not in ("value_error", "assertion_error") or not isinstance(table, dict):
         return None
     named = [(m.start(), key) for key in table if (m := re.search(rf"\b{re.escape(str(key))}\b", err["msg"]))]
     return min(named)[1] if named else None
@@ -186,7 +186,7 @@ def validation_issues(exc: ValidationError, prefix: str = "") -> list[Issue]:
             loc.append(key)
         path = ".".join(([prefix] if prefix else []) + loc) or "<root>"
         if not tried:
-            entries.append((path, err["msg"].removeprefix("Value error, "), False))
+            entries.append((path, err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, "), False))
             continue
         if path not in members:
             entries.append((path, repr(err.get("input")), True))
@@ -394,9 +394,11 @@ def validate_data(data: dict[str, Any], registry: PluginRegistry | None, paths: 
         structural.extend(check_custom(data, registry))
     else:
         structural.extend(check_package(data))
-    seen = {issue.path for issue in structural}
-    values = [issue for issue in check_values(data, ours) if issue.path not in seen]
-    issues = structural + values
+    values = check_values(data, ours)
+    # a value rule names the value and what its key accepts: at the same key it replaces pydantic's
+    # type message ("Input should be a valid string" for redis = 12800)
+    ruled = {issue.path for issue in values}
+    issues = [issue for issue in structural if issue.path not in ruled] + values
     if paths:
         issues.extend(check_paths(data))
     if ours and not structural and registry is not None:

@@ -70,10 +70,10 @@ def learning_rate(value: Any) -> bool:
 
 def redis_port(value: Any) -> bool:
     """cosmos-rl's ``redis`` is a port number as a string ("" lets the controller pick one)."""
-    if value == "":
-        return True
-    text = str(value).strip()
-    return text.isdigit() and 1 <= int(text) <= 65535
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    return value == "" or (text.isdigit() and 1 <= int(text) <= 65535)
 
 
 def fraction(value: Any) -> bool:
@@ -122,6 +122,7 @@ RULES: tuple[Rule, ...] = (
     Rule("train.epoch", positive_int, "must be an integer >= 1"),
     Rule("train.max_num_steps", positive_int, "must be an integer >= 1 (or unset)"),
     Rule("train.train_batch_per_replica", positive_int, "must be an integer >= 1"),
+    Rule("train.output_dir", lambda v: isinstance(v, str) and bool(v.strip()), 'must name a folder, e.g. "outputs/run"'),
     Rule("train.optm_lr", learning_rate, "must be a finite learning rate >= 0"),
     Rule("train.optm_warmup_steps", lambda v: _is_number(v) and v >= 0, "must be >= 0"),
     Rule("train.optm_betas", adam_betas, "must be [beta1, beta2], each in [0, 1), e.g. [0.9, 0.999]"),
@@ -205,12 +206,14 @@ def relation_issues(data: dict[str, Any], defaults: Callable[[str], Any]) -> lis
             f"{mini_batch} does not divide train.train_batch_per_replica ({batch}): each optimizer step takes "
             f"mini_batch samples of every replica's batch",
         ))
+    # the RL trainers train K = max(1, int(num_steps * timesteps_fraction)) steps per sample: a fraction
+    # worth less than half a step would silently train a whole one (1e-9 of 4 steps trains 25%)
     fraction_, steps = get("policy.diffusers.timesteps_fraction"), get("policy.diffusers.sample.num_steps")
-    if is_rl and fraction(fraction_) and sampling_steps(steps) and int(steps * fraction_) < 1:
+    if is_rl and fraction(fraction_) and sampling_steps(steps) and steps * fraction_ < 0.5:
         found.append((
             "policy.diffusers.timesteps_fraction",
-            f"{fraction_!r} trains int({steps} * {fraction_!r}) = 0 of the {steps} sampling steps (the trainer "
-            f"would silently train 1): set it to at least 1/{steps} = {1 / steps:.4g}",
+            f"{fraction_!r} of {steps} sampling steps is {steps * fraction_:.3g} step, and the trainer trains at "
+            f"least 1: set it to 1/{steps} = {1 / steps:.4g} (one step) or more",
         ))
     best_of_n = lookup(data, "custom.rollout.best_of_n")
     drafts = best_of_n.get("num_drafts") if isinstance(best_of_n, dict) else None

@@ -11,28 +11,21 @@ go through ``cosmos_sana.export`` (from those checkpoints, so sharded weights ex
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from cosmos_rl.policy.trainer.base import Trainer
 
 from cosmos_sana.log import get_logger
+from cosmos_sana.seeds import derive_seed, seed_all
 from cosmos_sana.settings import settings_of
 from cosmos_sana_plugins.trainers.finite import NonFiniteStep, non_finite_problem
 from cosmos_sana_plugins.trainers.runlog import run_log_for
 
 logger = get_logger(__name__)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)  # seeds every accelerator too
 
 
 class SanaTrainer(Trainer):
@@ -56,7 +49,7 @@ class SanaTrainer(Trainer):
         self.check_config(config)
         self.settings = settings_of(config)
         if config.train.seed is not None:
-            seed_everything(config.train.seed)
+            seed_all(config.train.seed)
         self.model = ModelRegistry.build_model(config)
         if self.settings.checkpoint.init_from:
             from cosmos_sana.checkpoint import load_model_weights
@@ -187,9 +180,7 @@ class SanaTrainer(Trainer):
         validation, a resume) cannot change what this step draws, so a resumed run trains each
         step exactly as the uninterrupted run did.
         """
-        from cosmos_sana.seeds import derive_seed
-
-        seed_everything(derive_seed(self.config.train.seed or 0, "train", self.global_rank, step))
+        seed_all(derive_seed(self.config.train.seed or 0, "train", self.global_rank, step))
 
     @property
     def output_dir(self) -> Path:

@@ -25,6 +25,7 @@ resumed = RealBatches(dataset, 2, seed=4 + rank)
 load_checkpoint(path, {"real_data": resumed})
 got = [next(resumed) for _ in range(3)]
 json.dump({"expected": expected[4:], "got": got, "first": expected[:3]}, open(f"{sys.argv[1]}/rank{rank}.json", "w"))
+dist.barrier()  # tear down together: a rank leaving early aborts the other in gloo
 dist.destroy_process_group()
 """
 

@@ -54,6 +54,26 @@ first_exception() {
   tail -n "+$from" "$file" | grep -n '' | grep -E "$pattern" | grep "${keep[@]}" -m1 -E "$SHUTDOWN_NOISE" || true
 }
 
+# For each "FILE:FROM" given, the first real exception line from line FROM on, on stderr; with
+# NOISE=1 only the first shutdown-noise line of all of them. Fails when none was found.
+report_errors() {
+  local noise=$1 entry file from hit found=1
+  shift
+  for entry in "$@"; do
+    file=${entry%:*} from=${entry##*:}
+    hit=$(first_exception "$file" "$from" "$noise")
+    [[ -n $hit ]] || continue
+    file=$(readlink -f -- "$file") from=$((from - 1 + ${hit%%:*})) hit=${hit#*:}
+    if ((noise)); then
+      echo "$LAUNCHER_NAME: only shutdown messages found, the first in $file:$from: $hit (the process that stopped the others may have been killed without a traceback, e.g. out of memory: see dmesg)" >&2
+      return 0
+    fi
+    echo "$LAUNCHER_NAME: first error in $file:$from: $hit" >&2
+    found=0
+  done
+  return "$found"
+}
+
 # Why the launch failed, on stderr. A launch stopped by a signal (a timeout, Ctrl-C, a scheduler's
 # kill) says so first, since the errors its processes log while shutting down are symptoms of it.
 # Then the first real exception line of each controller/worker log this launch wrote (cosmos-rl's
@@ -61,7 +81,7 @@ first_exception() {
 # cause is there, while cosmos-rl itself only reports an exit status. When those logs hold none
 # (cosmos-rl stopped before starting them), the lines this launch added to $LOG_FILE are searched.
 print_root_cause() {
-  local status=$1 dir=$LOG_DIR/logs_latest log hit found=0 logs=()
+  local status=$1 dir=$LOG_DIR/logs_latest log logs=()
   local stopped=${STOPPED_BY:-}
   if [[ -z $stopped ]]; then
     case $status in
@@ -82,31 +102,17 @@ print_root_cause() {
   for log in "$dir"/*.log; do
     [[ $log == "$dir/controller.log" ]] || logs+=("$log")
   done
-  local searched=()
+  local workers=() launcher_log="$LOG_FILE:$((LOG_LINES_BEFORE + 1))"
   for log in "${logs[@]}"; do
-    [[ -f $log && $log -nt $RESOLVED_TOML ]] || continue # written by this launch
-    searched+=("$log:1")
-  done
-  ((${#searched[@]})) || searched=("$LOG_FILE:$((LOG_LINES_BEFORE + 1))")
-  local entry file from
-  for entry in "${searched[@]}"; do
-    file=${entry%:*} from=${entry##*:}
-    hit=$(first_exception "$file" "$from")
-    if [[ -n $hit ]]; then
-      echo "$LAUNCHER_NAME: first error in $(readlink -f -- "$file"):$((from - 1 + ${hit%%:*})): ${hit#*:}" >&2
-      found=1
+    if [[ -f $log && $log -nt $RESOLVED_TOML ]]; then # written by this launch
+      workers+=("$log:1")
     fi
   done
-  ((found)) && return 0
-  if [[ -z $stopped ]]; then
-    for entry in "${searched[@]}"; do
-      file=${entry%:*} from=${entry##*:}
-      hit=$(first_exception "$file" "$from" 1)
-      if [[ -n $hit ]]; then
-        echo "$LAUNCHER_NAME: only shutdown messages found, the first in $(readlink -f -- "$file"):$((from - 1 + ${hit%%:*})): ${hit#*:} (the process that stopped the others may have been killed without a traceback, e.g. out of memory: see dmesg)" >&2
-        return 0
-      fi
-    done
+  if report_errors 0 "${workers[@]}" || report_errors 0 "$launcher_log"; then
+    return 0
+  fi
+  if [[ -z $stopped ]] && { report_errors 1 "${workers[@]}" || report_errors 1 "$launcher_log"; }; then
+    return 0
   fi
   if [[ -n $stopped ]]; then
     echo "$LAUNCHER_NAME: no error before the stop in this launch's logs ($dir, $LOG_FILE)" >&2

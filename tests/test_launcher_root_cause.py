@@ -81,3 +81,23 @@ def test_a_launch_stopped_by_sigterm_says_so_and_keeps_the_earlier_error(workspa
 def test_a_trainer_killed_by_sigkill_points_at_the_oom_killer(workspace: dict[str, str], tmp_path: Path) -> None:
     result = run_with_logs(workspace, tmp_path, "policy_0=loading|step 1", status=137)
     assert "stopped by SIGKILL (exit status 137) (the kernel's out-of-memory killer, see dmesg" in result.stderr
+
+
+#: the worker logs hold no exception; cosmos-rl's own output (the launcher log) does
+WORKERS_QUIET_COSMOS_RL = """#!/usr/bin/env bash
+while (($# > 0)); do [[ $1 == --log-dir ]] && dir=$2; shift; done
+mkdir -p "$dir/logs_1"
+ln -sfn logs_1 "$dir/logs_latest"
+printf 'controller up\n' > "$dir/logs_1/controller.log"
+echo 'ValueError: port 8000 is in use'
+exit 1
+"""
+
+
+def test_an_error_only_in_the_launcher_log_is_found_beside_quiet_worker_logs(workspace, tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "cosmos-rl"
+    fake.write_text(WORKERS_QUIET_COSMOS_RL)
+    result = launch(IMAGE_SFT, fake_validate(workspace, tmp_path, status=0), tmp_path)
+    log = (tmp_path / "outputs" / "train" / "sana-image-sft" / "logs" / "sana-image-sft_sft.log").resolve()
+    number = log.read_text().splitlines().index("ValueError: port 8000 is in use") + 1
+    assert f"first error in {log}:{number}: ValueError: port 8000 is in use" in result.stderr, result.stderr

@@ -141,3 +141,19 @@ def test_a_resume_names_the_settings_that_differ_from_the_checkpointed_run(tmp_p
     (path / "run_config.json").unlink()
     with pytest.raises(CheckpointError, match="run_config.json"):
         changed_settings(path, same_run)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "named"),
+    [
+        ({}, []),  # constant rate: a longer run trains its first steps alike
+        ({"optm_decay_type": "none", "optm_warmup_steps": 0.0}, []),
+        ({"optm_decay_type": "cosine"}, ["train.max_num_steps"]),  # the decay spans the run
+        ({"optm_warmup_steps": 5}, ["train.max_num_steps"]),  # a warm-up is capped by the total
+        ({"optm_warmup_steps": 0.1}, ["train.max_num_steps"]),  # ... or a share of it
+    ],
+)
+def test_a_longer_run_is_named_only_when_the_schedule_spans_the_run(tmp_path, schedule, named):
+    written = {"train": {"max_num_steps": 2, "optm_decay_type": None, "optm_warmup_steps": 0, **schedule}}
+    path = save_checkpoint(tmp_path, 2, {"trainer": {"step": torch.tensor(2)}}, config=written)
+    assert changed_settings(path, {"train": {**written["train"], "max_num_steps": 3}}) == named

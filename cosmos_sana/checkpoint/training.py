@@ -113,10 +113,23 @@ def changed_settings(checkpoint: str | Path, config: Any) -> list[str]:
     except FileNotFoundError:
         raise CheckpointError(f"{path}: missing (not a cosmos-sana training checkpoint)") from None
     current = _flatten(config_dict(config))
+    ignored = RUN_IDENTITY_KEYS | (RUN_LENGTH_KEYS if not schedule_spans_run(current) else frozenset())
     return sorted(
         key for key in set(stored) | set(current)
-        if key not in RUN_IDENTITY_KEYS and stored.get(key) != current.get(key)
+        if key not in ignored and stored.get(key) != current.get(key)
     )
+
+
+#: settings that only change the run's number of steps (what extending a finished run changes)
+RUN_LENGTH_KEYS = frozenset({"train.max_num_steps", "train.epoch"})
+
+
+def schedule_spans_run(flat_config: Mapping[str, Any]) -> bool:
+    """Whether cosmos-rl's learning-rate schedule depends on the run's number of steps: a warm-up
+    (its steps are capped by, or given as a fraction of, the total) or a decay (over a share of the
+    total). Without either the rate is constant, and a longer run trains its first steps alike."""
+    decay = flat_config.get("train.optm_decay_type")
+    return bool(flat_config.get("train.optm_warmup_steps")) or decay not in (None, "none")
 
 
 #: settings whose change makes a continuation train something else: another trainer, or other LoRA

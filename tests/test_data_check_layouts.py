@@ -157,3 +157,15 @@ def test_recipe_check_names_the_table_of_a_missing_dataset(tmp_path, capsys):
                       f'args = {{ path = "{tmp_path / "gone"}" }}\n')
     assert main(["data", "check", str(recipe)]) == 1
     assert f"FAIL: custom.data (images): {tmp_path / 'gone'}: no such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--size", "0", "0"], "argument --size: 0 must be >= 1"),
+    (["--stride", "0"], "argument --stride: 0 must be >= 1"),
+    (["--num-frames", "x"], "argument --num-frames: 'x' is not an integer"),
+    (["--fps", "nan"], "argument --fps: nan must be a finite number > 0"),
+])
+def test_bad_decode_options_are_usage_errors_not_tracebacks(option, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["data", "check", str(tmp_path), *option])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -133,15 +133,20 @@ def schedule_spans_run(flat_config: Mapping[str, Any]) -> bool:
 
 
 #: settings whose change makes a continuation train something else: another trainer, or other LoRA
-#: adapters (a missing adapter would be skipped silently by a partial load)
-RUN_KIND_KEYS = frozenset({"train.train_policy.type", "train.train_policy.trainer_type"})
-RUN_KIND_PREFIXES = ("policy.lora.",)
+#: tensors (an adapter the checkpoint lacks would be skipped silently by a partial load; LoRA on or
+#: off, another rank or other target modules). A LoRA setting that keeps the tensors (alpha,
+#: dropout) only makes the continuation differ.
+RUN_KIND_KEYS = frozenset({
+    "train.train_policy.type", "train.train_policy.trainer_type",
+    "policy.lora.lora_names", "policy.lora.r", "policy.lora.r_pattern", "policy.lora.target_modules",
+    "policy.lora.modules_to_save",
+})
 
 
 def refuse_other_run(checkpoint: str | Path, changed: list[str]) -> None:
     """Raise :class:`CheckpointError` when ``changed`` (from :func:`changed_settings`) holds a
     setting that makes ``checkpoint`` another kind of run; other changes only make it differ."""
-    kind = [key for key in changed if key in RUN_KIND_KEYS or key.startswith(RUN_KIND_PREFIXES)]
+    kind = [key for key in changed if key in RUN_KIND_KEYS]
     if kind:
         raise CheckpointError(
             f"train.resume: {checkpoint} was written by another kind of run ({', '.join(kind)} differ); "

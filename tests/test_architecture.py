@@ -209,6 +209,19 @@ def test_no_import_cycles():
     assert not found, "\n".join(found)
 
 
+def test_tools_stand_alone():
+    """``cosmos_sana/tools`` (wheelhouse builder, tiny pipelines) uses no other part of the core:
+    docs/architecture.md promises it, so packaging and test tools never drag training code in."""
+    tools = f"{CORE}.tools"
+    _, imports = all_imports(ROOTS)
+    offenders = [
+        f"{imp.where}: {imp.source} imports {imp.target}"
+        for imp in imports
+        if _in_package(imp.source, tools) and _in_package(imp.target, CORE) and not _in_package(imp.target, tools)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_every_module_is_parsed():
     """The walk sees both packages in full (an empty walk would pass the checks above)."""
     modules, imports = all_imports(ROOTS)

@@ -254,7 +254,7 @@ def save_checkpoint(
 def load_checkpoint(path: str | Path, parts: Mapping[str, Any]) -> int:
     """Restore ``parts`` (in place) from a complete checkpoint folder; returns its step.
 
-    Parts stored but not asked for are skipped (with a log line). A rank with no
+    Parts stored but not asked for are skipped (the log line names them). A rank with no
     stored RNG state (the run now has more ranks) gets fresh deterministic seeds.
     """
     path = Path(path)
@@ -275,8 +275,8 @@ def load_checkpoint(path: str | Path, parts: Mapping[str, Any]) -> int:
         if state is not part:
             part.load_state_dict(state)
     skipped = sorted(set(meta["parts"]) - set(parts))
-    if skipped:
-        logger.info("%s: parts not restored: %s", path, skipped)
-    logger.info("loaded checkpoint %s (step %d)", path, step)
+    # one line, read the same by a resume (every part) and by export or generate (the model alone)
+    left = f"; not read: {', '.join(skipped)}" if skipped else ""
+    logger.info("read checkpoint %s (step %d): %s%s", path, step, ", ".join(parts), left)
     return step
 

@@ -49,7 +49,7 @@ BAD_FILES = {
     "missing file": (None, "no such file"),
     "not TOML": ("[train\nepoch = 1\n", "line 1"),
     "no [train] table": ('[custom]\npackage = "cosmos-sana"\n', "train: missing table"),
-    "train not a table": ('train = 5\n[custom]\npackage = "cosmos-sana"\n', "train: missing table"),
+    "train not a table": ('train = 5\n[custom]\npackage = "cosmos-sana"\n', "train: 5 must be a table"),
 }
 
 

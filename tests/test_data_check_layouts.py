@@ -160,10 +160,10 @@ def test_recipe_check_names_the_table_of_a_missing_dataset(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("option", "message"), [
-    (["--size", "0", "0"], "argument --size: 0 must be >= 1"),
-    (["--stride", "0"], "argument --stride: 0 must be >= 1"),
-    (["--num-frames", "x"], "argument --num-frames: 'x' is not an integer"),
-    (["--fps", "nan"], "argument --fps: nan must be a finite number > 0"),
+    (["--size", "0", "0"], "argument --size: must be at least 1, got 0"),
+    (["--stride", "0"], "argument --stride: must be at least 1, got 0"),
+    (["--num-frames", "x"], "argument --num-frames: expected a whole number, got 'x'"),
+    (["--fps", "nan"], "argument --fps: must be a finite number, got 'nan'"),
 ])
 def test_bad_decode_options_are_usage_errors_not_tracebacks(option, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:

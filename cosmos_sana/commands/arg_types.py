@@ -37,6 +37,14 @@ def finite_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A finite number above 0 (rates, scales)."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+    return value
+
+
 def device(text: str) -> str:
     """A torch device name that exists on this machine (``cpu``, ``cuda``, ``cuda:1``…)."""
     import torch

@@ -15,6 +15,8 @@ import json
 import sys
 from typing import Any
 
+from cosmos_sana.commands.arg_types import positive_float, positive_int
+
 HELP = "dataset tools: `data check` inspects data without a GPU"
 CHECK_HELP = "decode every sample on the CPU; report counts, histograms, every bad sample; exit 1 if a run would fail"
 
@@ -25,36 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("target", help="dataset folder, .jsonl, .zip, prompt file, builtin:NAME, or a recipe .toml")
     check.add_argument("--on-bad-sample", choices=("fail", "skip"), default="fail",
                        help="policy to judge a dataset path by (a recipe states its own)")
-    check.add_argument("--size", type=_positive_int, nargs=2, default=(256, 256), metavar=("H", "W"),
+    check.add_argument("--size", type=positive_int, nargs=2, default=(256, 256), metavar=("H", "W"),
                        help="decode size for a dataset path (default 256 256)")
-    check.add_argument("--num-frames", type=_positive_int, default=81,
+    check.add_argument("--num-frames", type=positive_int, default=81,
                        help="frames per clip for a dataset path (default 81)")
-    check.add_argument("--fps", type=_positive_float, default=None, help="resample clips to this frame rate")
-    check.add_argument("--stride", type=_positive_int, default=1, help="take every stride-th frame")
+    check.add_argument("--fps", type=positive_float, default=None, help="resample clips to this frame rate")
+    check.add_argument("--stride", type=positive_int, default=1, help="take every stride-th frame")
     check.add_argument("--short-clip", choices=("error", "pad_last", "loop"), default="error",
                        help="rule for clips shorter than asked (default error)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-
-
-def _positive_int(text: str) -> int:
-    """An argparse type: refused with a usage error (exit 2) rather than a traceback from the dataset."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

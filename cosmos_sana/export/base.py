@@ -11,7 +11,6 @@ precision its files store (training may have held it at ``policy.diffusers.dtype
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import torch
 from cosmos_sana.checkpoint.dcp_io import CheckpointError, read_metadata
 from cosmos_sana.checkpoint.pipeline_folder import load_transformer, pipeline_class_name
 from cosmos_sana.checkpoint.training import MODEL_PART, RUN_CONFIG_FILE
+from cosmos_sana.model_hooks import model_tool
 
 #: ``native_checkpoint`` sources with this prefix are fetched from the Hugging Face Hub, not hashed here.
 REMOTE_PREFIX = "hf://"
@@ -89,11 +89,11 @@ class BaseWeights:
         return transformer.eval()
 
     def _load_native(self) -> torch.nn.Module:
-        loader = native_loader(self.pipeline)
         try:
+            loader = model_tool(pipeline_class_name(self.pipeline), "native_loader")
             return loader(self.native_checkpoint, base_config=str(self.pipeline), use_ema=self.native_use_ema,
                           torch_dtype=None)
-        except (RuntimeError, ValueError, OSError) as exc:
+        except (RuntimeError, ValueError, OSError) as exc:  # NoModelTool is a ValueError
             raise CheckpointError(
                 f"{self._origin(NATIVE_KEY)} {self.native_checkpoint}: {exc}"
             ) from exc
@@ -149,20 +149,6 @@ def recorded_base(checkpoint: Path, pipeline: Path) -> BaseWeights:
         init_from=Path(init_from).expanduser() if init_from else None,
         recorded_in=path,
     )
-
-
-def native_loader(pipeline: Path) -> Callable[..., torch.nn.Module]:
-    """The installed model plugin's reader of native checkpoints for ``pipeline``'s class."""
-    from cosmos_sana.plugin_manager import installed_plugins
-
-    pipeline_class = pipeline_class_name(pipeline)
-    for entry in installed_plugins().entries("model"):
-        spec = entry.spec
-        if pipeline_class in spec.pipeline_classes and spec.native_loader is not None:
-            from cosmos_sana.specs import resolve
-
-            return resolve(spec.native_loader)
-    raise CheckpointError(f"{pipeline}: no installed model plugin reads native checkpoints of a {pipeline_class}")
 
 
 def fingerprint(path: Path) -> dict[str, Any]:

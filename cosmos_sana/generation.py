@@ -30,8 +30,8 @@ import torch
 
 from cosmos_sana.checkpoint.dcp_io import CheckpointError
 from cosmos_sana.checkpoint.pipeline_folder import is_pipeline_folder
-from cosmos_sana.checkpoint.training import package_versions
-from cosmos_sana.export.model_card import lookup, read_run_config
+from cosmos_sana.checkpoint.training import package_versions, read_run_config
+from cosmos_sana.export.model_card import lookup
 
 GENERATE_FILE = "generate.json"
 DEFAULT_STEPS = 20

@@ -108,10 +108,9 @@ def changed_settings(checkpoint: str | Path, config: Any) -> list[str]:
     ``checkpoint`` (its ``run_config.json``), run identity (output folder, timestamp, resume) aside.
     A continuation with any of them is not the run the checkpoint belongs to."""
     path = Path(checkpoint) / RUN_CONFIG_FILE
-    try:
-        stored = _flatten(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing (not a cosmos-sana training checkpoint)") from None
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing (not a cosmos-sana training checkpoint)")
+    stored = _flatten(read_run_config(checkpoint))
     current = _flatten(config_dict(config))
     ignored = RUN_IDENTITY_KEYS | (RUN_LENGTH_KEYS if not schedule_spans_run(current) else frozenset())
     return sorted(
@@ -184,6 +183,18 @@ def write_meta(folder: Path, *, kind: str, step: int, parts: Mapping[str, Any], 
     model = parts.get(MODEL_PART)
     if model is not None and hasattr(model, "write_config"):
         model.write_config(folder)
+
+
+def read_run_config(checkpoint: str | Path) -> dict[str, Any]:
+    """The resolved config of the run that wrote ``checkpoint`` (its ``run_config.json``), or {}
+    for a checkpoint without one (``convert-to-dcp`` output)."""
+    path = Path(checkpoint) / RUN_CONFIG_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: invalid JSON ({exc})") from exc
 
 
 def read_meta(folder: str | Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import torch
 
 from cosmos_sana.checkpoint.dcp_io import CheckpointError, read_metadata
 from cosmos_sana.checkpoint.pipeline_folder import load_transformer, pipeline_class_name
-from cosmos_sana.checkpoint.training import MODEL_PART, RUN_CONFIG_FILE
+from cosmos_sana.checkpoint.training import MODEL_PART, RUN_CONFIG_FILE, read_run_config
 from cosmos_sana.model_hooks import model_tool
 
 #: ``native_checkpoint`` sources with this prefix are fetched from the Hugging Face Hub, not hashed here.
@@ -131,15 +131,10 @@ def recorded_base(checkpoint: Path, pipeline: Path) -> BaseWeights:
     Checkpoints without a ``run_config.json`` (``convert-to-dcp`` output) or whose run set neither
     option were trained on ``pipeline``'s own transformer.
     """
-    import json
-
     path = checkpoint / RUN_CONFIG_FILE
     if not path.is_file():
         return BaseWeights(pipeline=pipeline)
-    try:
-        custom = json.loads(path.read_text(encoding="utf-8")).get("custom") or {}
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{path}: invalid JSON ({exc})") from exc
+    custom = read_run_config(checkpoint).get("custom") or {}
     model = custom.get("model") or {}
     init_from = (custom.get("checkpoint") or {}).get("init_from")
     return BaseWeights(

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cosmos_sana.checkpoint.training import RUN_CONFIG_FILE
+from cosmos_sana.checkpoint.training import read_run_config
 from cosmos_sana.export.writers import LORA_FILE, NATIVE_FILE, PEFT_FOLDER
 from cosmos_sana.value_rules import MISSING
 from cosmos_sana.value_rules import lookup as lookup_or_missing
@@ -41,11 +41,6 @@ def lookup(config: dict[str, Any], dotted: str) -> Any:
     """``config["a"]["b"]`` for ``"a.b"``; None when any part is missing."""
     value = lookup_or_missing(config, dotted)
     return None if value is MISSING else value
-
-
-def read_run_config(checkpoint: Path) -> dict[str, Any]:
-    path = checkpoint / RUN_CONFIG_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def algorithm_name(run: dict[str, Any]) -> str:

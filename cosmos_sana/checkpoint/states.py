@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from cosmos_sana.checkpoint.dcp_io import CheckpointError, rank_and_world
+from cosmos_sana.seeds import derive_seed, seed_all
 
 #: PEFT puts this in the name of every LoRA tensor (``lora_A``, ``lora_B``, ``lora_magnitude_vector``…).
 LORA_KEY_MARK = "lora_"
@@ -186,7 +187,4 @@ class RNGState(Stateful):
 
     def seed_missing_rank(self, step: int) -> None:
         """Deterministic fresh streams for a rank that has no saved state."""
-        seed = hash((self.fallback_seed, step, rank_and_world()[0])) % (2**32)
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
+        seed_all(derive_seed(self.fallback_seed, "missing-rank", step, rank_and_world()[0]))

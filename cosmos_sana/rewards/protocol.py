@@ -36,9 +36,9 @@ class RewardRequest:
 
 def to_wire(media: Any) -> tuple[Any, str]:
     """Float ``B×C×H×W`` / ``B×T×C×H×W`` in [0, 1] → (uint8 channels-last array, media type)."""
-    import torch
+    from cosmos_sana.media_writer import to_uint8
 
-    quantised = (media.detach().float() * 255).round().clamp(0, 255).to(torch.uint8).cpu()
+    quantised = to_uint8(media)
     if media.ndim == 4:
         return quantised.permute(0, 2, 3, 1).numpy(), "image"
     if media.ndim == 5:

@@ -147,8 +147,9 @@ def to_pil(images: Any) -> list[Any]:
     """Float ``B×3×H×W`` in [0, 1] → RGB PIL images."""
     from PIL import Image
 
-    arrays = (images.detach().float().clamp(0, 1) * 255).round().to("cpu").byte().permute(0, 2, 3, 1).numpy()
-    return [Image.fromarray(a) for a in arrays]
+    from cosmos_sana.media_writer import to_uint8
+
+    return [Image.fromarray(a) for a in to_uint8(images).permute(0, 2, 3, 1).numpy()]
 
 
 class OcrScorer:

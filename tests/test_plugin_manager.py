@@ -27,7 +27,7 @@ def cosmos_sana_rewards():
 def test_builtins_are_discovered_through_entry_points():
     registry = load_plugins()
     origins = {e.plugin for kind in registry.kinds() for e in registry.entries(kind)}
-    assert origins <= {"sana", "datasets", "rewards", "trainers"}
+    assert origins <= {"sana", "datasets", "rewards", "trainers", "rollout"}
     for kind in registry.kinds():
         for entry in registry.entries(kind):
             assert entry.distribution.startswith("cosmos-sana ")

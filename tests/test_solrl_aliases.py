@@ -51,7 +51,7 @@ def test_sol_rl_settings_we_do_not_run_are_refused_by_name(override: dict, messa
 
 
 def test_rollout_batch_follows_sol_rl_auto_rule() -> None:
-    from cosmos_sana_plugins.trainers.best_of_n import BestOfNSampler
+    from cosmos_sana_plugins.rollout.best_of_n import BestOfNSampler
 
     # Sol-RL's _auto_rollout_bsz: largest divisor of num_image_per_prompt not above min(24, it)
     for drafts, expected in ((96, 24), (48, 24), (36, 18), (40, 20), (7, 7), (2, 2)):
@@ -92,7 +92,7 @@ def test_full_rollout_num_is_n_generation_checked_by_validate(tmp_path: Path, co
 
 
 def test_nvfp4_drafts_are_refused_off_blackwell(monkeypatch) -> None:
-    from cosmos_sana_plugins.trainers.best_of_n import check_preview_support
+    from cosmos_sana_plugins.rollout.best_of_n import check_preview_support
 
     kind = BestOfNOptions(num_drafts=4, preview_model="compile_nvfp4").preview_model
     assert kind == "nvfp4"

@@ -272,7 +272,7 @@ STAMPED = """\
 +20.100 | [rank0]:[cosmos] 2026-12-01 11:22:26,130 - cosmos - INFO - [Policy] Loaded configuration: {'controller_execution_id': 'a2'}
 +25.000 | [rank0]:[cosmos-sana INFO cosmos_sana_plugins.sana.model] loaded SanaPipeline on cuda:0 (transformer torch.bfloat16, offload=False)
 +26.000 | [rank0]:[cosmos] - cosmos - CRITICAL - [Policy] Meta init not supported for diffusers trainer.
-+66.000 | [rank0]:[cosmos-sana INFO cosmos_sana_plugins.trainers.rollout] rollout: 2 prompts x 8 in 3.10 s
++66.000 | [rank0]:[cosmos-sana INFO cosmos_sana_plugins.rollout.rollout] rollout: 2 prompts x 8 in 3.10 s
 +70.000 | done
 """
 

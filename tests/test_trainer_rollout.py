@@ -9,8 +9,8 @@ from fixtures_trainers import build_rollout, build_trainer, payloads, recipe
 from cosmos_sana.config.best_of_n import BestOfNOptions
 from cosmos_sana_plugins.sana import lora as lora_utils
 from cosmos_sana_plugins.sana.sampling import generators_for, sample, sampler_settings
-from cosmos_sana_plugins.trainers import best_of_n
-from cosmos_sana_plugins.trainers.best_of_n import BestOfNSampler, MergedTransformer, check_preview_support
+from cosmos_sana_plugins.rollout import best_of_n
+from cosmos_sana_plugins.rollout.best_of_n import BestOfNSampler, MergedTransformer, check_preview_support
 
 PROMPTS = ["a red cube", "a blue sky", "a cat"]
 

@@ -1,14 +1,13 @@
-"""Entry point of the built-in trainers plugin: SFT, Diffusion-NFT, Flow-GRPO, DDRL and the ``sana`` rollout.
+"""Entry point of the built-in trainers plugin: SFT, Diffusion-NFT, Flow-GRPO and DDRL.
 
 Recipes name a trainer by ``[train.train_policy] trainer_type`` (SFT: ``sana_sft``, which
-cosmos-rl's SFT worker looks up as ``diffusers_sana_sft``) and the rollout by
-``[rollout] backend = "sana"``.
+cosmos-rl's SFT worker looks up as ``diffusers_sana_sft``).
 """
 
 from __future__ import annotations
 
 from cosmos_sana.hookspecs import hookimpl
-from cosmos_sana.specs import RolloutSpec, TrainerSpec
+from cosmos_sana.specs import TrainerSpec
 
 _PKG = "cosmos_sana_plugins.trainers"
 
@@ -40,15 +39,4 @@ def cosmos_sana_trainers() -> list[TrainerSpec]:
             target=f"{_PKG}.ddrl:SanaDDRLTrainer",
             description="DDRL: Flow-GRPO policy term + data_beta × flow matching on [custom.real_data]",
         ),
-    ]
-
-
-@hookimpl
-def cosmos_sana_rollouts() -> list[RolloutSpec]:
-    return [
-        RolloutSpec(
-            name="sana",
-            target=f"{_PKG}.rollout:SanaRollout",
-            description="colocated SANA/SANA-Video rollouts: ODE/SDE/CPS, per-prompt groups, best-of-n",
-        )
     ]

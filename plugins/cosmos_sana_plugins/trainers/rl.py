@@ -1,7 +1,7 @@
 """The RL training step shared by Diffusion-NFT, Flow-GRPO and DDRL.
 
 cosmos-rl's colocated loop hands ``step_training`` the step's rollouts (one per sample,
-``extra_info`` as written by :mod:`~cosmos_sana_plugins.trainers.rollout`). One step:
+``extra_info`` as written by :mod:`~cosmos_sana_plugins.rollout.rollout`). One step:
 
 1. collate; advantages per prompt group over the rollouts of every data-parallel rank
    (``[policy.diffusers.sample] global_std``, see :mod:`~cosmos_sana_plugins.trainers.advantages`),

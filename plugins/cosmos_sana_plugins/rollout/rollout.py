@@ -21,7 +21,7 @@ therefore samples step ``N`` exactly as the uninterrupted run did, and validatio
 
 With ``[custom.reward_runtime] mode = "async"`` (the default) every sampled chunk is
 submitted for scoring at once and each payload's prompt is tagged with its samples' ids
-(:mod:`cosmos_sana_plugins.trainers.reward_submission`); the reward function collects them.
+(:mod:`cosmos_sana_plugins.rollout.reward_submission`); the reward function collects them.
 
 ``[custom.rollout.speed]`` installs :mod:`~cosmos_sana_plugins.sana.fast_denoise`'s features once,
 on the model (and a full-parameter ``old`` copy), and every view samples through one ``FastModel``.
@@ -46,7 +46,7 @@ from cosmos_sana.seeds import derive_seed
 from cosmos_sana.settings import settings_of
 from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.datasets.grouping import group_slices
-from cosmos_sana_plugins.trainers.best_of_n import (
+from cosmos_sana_plugins.rollout.best_of_n import (
     BestOfNSampler,
     MergedTransformer,
     check_preview_support,
@@ -54,7 +54,7 @@ from cosmos_sana_plugins.trainers.best_of_n import (
     transformer_for,
 )
 from cosmos_sana_plugins.trainers.policies import OLD, TransformerView
-from cosmos_sana_plugins.trainers.reward_submission import RewardSubmission
+from cosmos_sana_plugins.rollout.reward_submission import RewardSubmission
 
 logger = get_logger(__name__)
 

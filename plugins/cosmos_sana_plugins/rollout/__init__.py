@@ -1,0 +1,1 @@
+"""Built-in rollout plugin: the colocated ``sana`` rollout, best-of-n and reward submission."""

@@ -259,8 +259,8 @@ def test_rollout_payloads_are_the_ones_rewarded():
 @pytest.mark.parametrize("grouped", [False, True], ids=["per-sample", "group"])
 def test_reward_fns_get_the_tagged_prompt_and_the_completions_own_rows(grouped):
     """What the async reward path matches on: after cosmos-rl's payload plumbing, a reward function
-    gets ``prompt=`` the tagged prompt and completions that are views of the rollout's tensor (same
-    storage addresses), one per call or the group at once."""
+    gets ``prompt=`` the tagged prompt and all of the rollout's completions in generation order,
+    the group in one call or one completion per call."""
     import torch
     from cosmos_rl.dispatcher.algo.reward import Reward
     from cosmos_rl.dispatcher.data.schema import RLPayload
@@ -286,8 +286,9 @@ def test_reward_fns_get_the_tagged_prompt_and_the_completions_own_rows(grouped):
 
     Reward(config, None, explicit_reward_fn=[reward_fn]).compute_reward(payload.completions, "", prompt=payload.prompt)
     assert all(prompt["cosmos_sana_sample_ids"] == ["a", "b"] for _, prompt in seen)
+    assert len(seen) == (1 if grouped else len(completions))
     given = list(seen[0][0]) if grouped else [completion for completion, _ in seen]
-    assert [c.data_ptr() for c in given] == [row.data_ptr() for row in completions]
+    assert len(given) == len(completions) and all(torch.equal(c, row) for c, row in zip(given, completions))
 
 
 @pytest.mark.parametrize("package", autoload.DEFERRED_PACKAGES)

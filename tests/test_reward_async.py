@@ -96,15 +96,13 @@ def test_a_failing_scorer_fails_the_run_naming_scorer_and_sample(
 
 
 def submitted(registry: Any, sample_ids: list[str]) -> tuple[torch.Tensor, RewardScheduler]:
-    """Samples of value 0.1, 0.2, … submitted and bound to rows of one completion tensor."""
+    """Samples of value 0.1, 0.2, … (reward ``mean`` = that value) submitted under ``sample_ids``."""
     from cosmos_sana.config import RewardRef
 
     scheduler = RewardScheduler(ScorerSet.build([RewardRef(name="mean")], registry), retries=0)
     media = torch.stack([torch.full((3, 4, 4), (i + 1) / 10) for i in range(len(sample_ids))])
     ledger.LEDGER.submit(scheduler, tuple(sample_ids), sample_ids, media, ["p"] * len(sample_ids),
                          [{"sid": s} for s in sample_ids])
-    for sample_id, row in zip(sample_ids, media):
-        ledger.LEDGER.bind(sample_id, row)
     return media, scheduler
 
 
@@ -112,18 +110,72 @@ def custom(mode: str) -> dict:
     return {"custom": {"package": "cosmos-sana", "rewards": [{"name": "mean"}], "reward_runtime": {"mode": mode}}}
 
 
-def test_each_id_is_taken_once_and_matched_by_its_completion(recording_scorers):
+def test_single_completions_take_the_prompts_ids_in_order_each_once(recording_scorers):
     scorers, registry = recording_scorers
     ids = ["unit/a", "unit/b"]
     media, scheduler = submitted(registry, ids)
     fn, prompt = CosmosRewardFn(registry), ledger.tagged("p", ids)
     with scheduler:
-        total, parts = fn(media[1], None, config=custom("async"), prompt=prompt)
-        assert (total, parts) == (pytest.approx(0.2), {"mean": pytest.approx(0.2)})
-        assert fn(media[0], None, config=custom("async"), prompt=prompt)[0] == pytest.approx(0.1)
+        total, parts = fn(media[0], None, config=custom("async"), prompt=prompt)
+        assert (total, parts) == (pytest.approx(0.1), {"mean": pytest.approx(0.1)})
+        assert fn(media[1], None, config=custom("async"), prompt=prompt)[0] == pytest.approx(0.2)
         with pytest.raises(ledger.UnknownSampleError, match=r"samples \['unit/a', 'unit/b'\].*taken already"):
-            fn(media[0], None, config=custom("async"), prompt=prompt)
+            fn(media[1], None, config=custom("async"), prompt=prompt)
     assert dict(scorers.calls) == {("mean", "unit/a"): 1, ("mean", "unit/b"): 1}
+    assert not ledger.LEDGER.known(ids)
+
+
+def test_a_group_takes_its_ids_by_position(recording_scorers):
+    _, registry = recording_scorers
+    ids = ["group/a", "group/b", "group/c"]
+    media, scheduler = submitted(registry, ids)
+    with scheduler:
+        totals, parts = CosmosRewardFn(registry)(list(media), None, config=custom("async"), prompt=ledger.tagged("p", ids))
+    assert totals == pytest.approx([0.1, 0.2, 0.3])
+    assert [p["mean"] for p in parts] == pytest.approx([0.1, 0.2, 0.3])
+    assert not ledger.LEDGER.known(ids)
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["per-sample", "group"])
+def test_a_copied_completion_gets_the_reward_of_its_position(grouped, recording_scorers):
+    """A copy lives at another address; its reward follows its position, not where its data lives."""
+    _, registry = recording_scorers
+    ids = [f"copy{grouped}/a", f"copy{grouped}/b"]
+    media, scheduler = submitted(registry, ids)
+    copies = [row.clone() for row in media]
+    assert all(c.data_ptr() != row.data_ptr() for c, row in zip(copies, media))
+    fn, prompt = CosmosRewardFn(registry), ledger.tagged("p", ids)
+    with scheduler:
+        if grouped:
+            totals = fn(copies, None, config=custom("async"), prompt=prompt)[0]
+        else:
+            totals = [fn(c, None, config=custom("async"), prompt=prompt)[0] for c in copies]
+    assert totals == pytest.approx([0.1, 0.2])
+
+
+def test_a_group_of_the_wrong_size_is_refused_naming_the_prompts_ids(recording_scorers):
+    _, registry = recording_scorers
+    ids = ["size/a", "size/b"]
+    media, scheduler = submitted(registry, ids)
+    fn, prompt = CosmosRewardFn(registry), ledger.tagged("p", ids)
+    with scheduler:
+        with pytest.raises(ValueError, match=r"got 1 completions for a prompt whose 2 samples are \['size/a', 'size/b'\]"):
+            fn([media[0]], None, config=custom("async"), prompt=prompt)
+        assert ledger.LEDGER.known(ids)  # nothing was taken: the whole group is still there
+        assert fn(list(media), None, config=custom("async"), prompt=prompt)[0] == pytest.approx([0.1, 0.2])
+
+
+def test_a_group_with_a_taken_id_is_refused_naming_it(recording_scorers):
+    _, registry = recording_scorers
+    ids = ["taken/a", "taken/b"]
+    media, scheduler = submitted(registry, ids)
+    fn, prompt = CosmosRewardFn(registry), ledger.tagged("p", ids)
+    with scheduler:
+        assert fn(media[0], None, config=custom("async"), prompt=prompt)[0] == pytest.approx(0.1)
+        with pytest.raises(ledger.UnknownSampleError, match=r"samples \['taken/a'\] \(of \['taken/a', 'taken/b'\]\).*taken already"):
+            fn(list(media), None, config=custom("async"), prompt=prompt)
+        assert ledger.LEDGER.known(["taken/b"])  # a refused group takes nothing
+        assert fn(media[1], None, config=custom("async"), prompt=prompt)[0] == pytest.approx(0.2)
 
 
 def test_an_id_never_submitted_is_an_error_in_async_mode_and_scored_inline_in_sync_mode(recording_scorers):
@@ -132,14 +184,6 @@ def test_an_id_never_submitted_is_an_error_in_async_mode_and_scored_inline_in_sy
     with pytest.raises(ledger.UnknownSampleError, match=r"samples \['ghost/0'\], which were never submitted"):
         CosmosRewardFn(registry)(image, None, config=custom("async"), prompt=prompt)
     assert CosmosRewardFn(registry)(image, None, config=custom("sync"), prompt=prompt)[0] == pytest.approx(0.3)
-
-
-def test_a_copied_completion_is_refused(recording_scorers):
-    _, registry = recording_scorers
-    ids = ["copy/a", "copy/b"]
-    media, scheduler = submitted(registry, ids)
-    with scheduler, pytest.raises(ledger.UnknownSampleError, match=r"shape \(3, 4, 4\).*or a copy"):
-        CosmosRewardFn(registry)(media[0].clone(), None, config=custom("async"), prompt=ledger.tagged("p", ids))
 
 
 def test_local_loop_trains_on_the_same_rewards_in_both_modes(

@@ -8,8 +8,10 @@ cosmos-rl's per-rollout report metrics beside the total.
 
 With ``[custom.reward_runtime] mode = "async"`` the ``sana`` rollout has already submitted
 the samples and tagged the prompt with their ids (:mod:`cosmos_sana.rewards.ledger`): the
-function takes those scores, waiting if needed; an id never submitted is an error. Untagged
-prompts, and in ``mode = "sync"`` ids never submitted, are scored inline (with retries).
+function takes those scores by position, waiting if needed (a group's ``k``-th completion is
+the ``k``-th id; a single completion is the prompt's first id not taken yet, as cosmos-rl scores
+a group's completions one call at a time in order); an id never submitted is an error.
+Untagged prompts, and in ``mode = "sync"`` ids never submitted, are scored inline (with retries).
 
 The validation reward function (``validation=True``) scores with ``[custom.guards]
 holdout_rewards`` when that list is set: a second scorer the policy is not trained on, so a
@@ -84,7 +86,7 @@ class CosmosRewardFn:
         samples, batched = split_completions(completion, config)
         ids = None if self.holdout(config) else ledger.sample_ids_of(prompt)
         if ids is not None and (ledger.LEDGER.known(ids) or settings_of(config).reward_runtime.mode == "async"):
-            rows = [ledger.LEDGER.take(s) for s in ledger.LEDGER.match(ids, samples)]
+            rows = ledger.LEDGER.take_group(ids, len(samples)) if batched else [ledger.LEDGER.take_next(ids)]
         else:
             rows = self._score_inline(samples, prompt, config)
         totals = [row.pop("total") for row in rows]

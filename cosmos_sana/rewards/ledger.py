@@ -1,14 +1,21 @@
 """Asynchronous scoring inside the training loop: samples submitted by id, each score taken once.
 
 With ``[custom.reward_runtime] mode = "async"`` the ``sana`` rollout submits every generated
-chunk to this process's shared :class:`RewardScheduler` under stable sample ids, writes the
-ids of each prompt's samples into the payload's prompt (:data:`SAMPLE_IDS_KEY`), and binds
-each id to the completion tensor cosmos-rl later hands to the reward function (matched by
-storage address and shape, which survive cosmos-rl's per-sample views). ``CosmosRewardFn``
-then takes each sample's scores from :data:`LEDGER`, waiting if they are not ready.
+chunk to this process's shared :class:`RewardScheduler` under stable sample ids and writes the
+ids of each prompt's samples, in generation order, into the payload's prompt
+(:data:`SAMPLE_IDS_KEY`). ``CosmosRewardFn`` then takes the scores from :data:`LEDGER`,
+waiting if they are not ready, by position in that list:
 
-A taken id is forgotten: a second request for it, or one for an id never submitted, is an
-error naming the id. A scoring failure re-raises the scheduler's error (scorer and samples).
+* a whole group (``train_policy.group_reward_calculation = true``): cosmos-rl passes every
+  completion of the prompt in generation order, so the ``k``-th completion is the ``k``-th id
+  (:meth:`RewardLedger.take_group`; a different count is an error naming the ids);
+* one completion per call: cosmos-rl calls once per completion, in generation order, so each
+  call gets the prompt's first id not taken yet (:meth:`RewardLedger.take_next`).
+
+Nothing depends on where a completion's data lives: a copy of a completion gets the reward of
+its position. A taken id is forgotten: a second request for it, or one for an id never
+submitted, is an error naming the id. A scoring failure re-raises the scheduler's error
+(scorer and samples).
 """
 
 from __future__ import annotations
@@ -48,16 +55,11 @@ def sample_ids_of(prompt: Any) -> list[str] | None:
     return None
 
 
-def _address(sample: Any) -> tuple[int, tuple[int, ...]]:
-    return sample.data_ptr(), tuple(sample.shape)
-
-
 @dataclass
 class _Entry:
     scheduler: RewardScheduler
     batch_id: Hashable
     future: Future
-    address: tuple[int, tuple[int, ...]] | None = None
     timed: bool = True
 
 
@@ -95,66 +97,59 @@ class RewardLedger:
         with self._lock:
             self._entries.update({s: _Entry(scheduler, batch_id, future, timed=timed) for s in sample_ids})
 
-    def bind(self, sample_id: str, completion: Any) -> None:
-        """Record the tensor cosmos-rl will pass to the reward function as ``sample_id``'s completion."""
-        with self._lock:
-            self._entry(sample_id).address = _address(completion)
-
     def known(self, sample_ids: Sequence[str]) -> bool:
         """Whether any of ``sample_ids`` is waiting to be taken."""
         with self._lock:
             return any(s in self._entries for s in sample_ids)
 
-    def match(self, candidates: Sequence[str], samples: Sequence[Any]) -> list[str]:
-        """The id (among ``candidates``, one prompt's samples) of each completion tensor."""
-        with self._lock:
-            waiting = {s: self._entries[s].address for s in candidates if s in self._entries}
-        if not waiting:
-            raise UnknownSampleError(
-                f"a reward was requested for samples {list(candidates)}, which were never submitted for scoring "
-                "or whose rewards were taken already"
+    def take_group(self, sample_ids: Sequence[str], count: int) -> list[dict[str, float]]:
+        """The scores of a prompt's ``count`` completions, which must be all of its samples
+        (``sample_ids``, in generation order): the ``k``-th completion is ``sample_ids[k]``."""
+        if count != len(sample_ids):
+            raise ValueError(
+                f"the reward function got {count} completions for a prompt whose {len(sample_ids)} samples are "
+                f"{list(sample_ids)}: asynchronous rewards match a group by position, so cosmos-rl must pass the "
+                "whole group in generation order"
             )
-        by_address = {address: s for s, address in waiting.items()}
-        matched = []
-        for sample in samples:
-            sample_id = by_address.get(_address(sample))
+        with self._lock:
+            gone = [s for s in sample_ids if s not in self._entries]
+            if gone:
+                raise UnknownSampleError(
+                    f"a reward was requested for samples {gone} (of {list(sample_ids)}), which were never "
+                    "submitted for scoring or whose rewards were taken already"
+                )
+            entries = [self._entries.pop(s) for s in sample_ids]
+        return [self._scores(s, entry) for s, entry in zip(sample_ids, entries)]
+
+    def take_next(self, sample_ids: Sequence[str]) -> dict[str, float]:
+        """The scores of the first of a prompt's samples (``sample_ids``, in generation order) not
+        taken yet: cosmos-rl scores one completion per call in that order."""
+        with self._lock:
+            sample_id = next((s for s in sample_ids if s in self._entries), None)
             if sample_id is None:
                 raise UnknownSampleError(
-                    f"a completion of shape {tuple(sample.shape)} is none of its prompt's samples waiting for "
-                    f"their reward ({sorted(waiting)} of {list(candidates)}): taken already, or a copy"
+                    f"a reward was requested for samples {list(sample_ids)}, which were never submitted for "
+                    "scoring or whose rewards were taken already"
                 )
-            matched.append(sample_id)
-        return matched
-
-    def take(self, sample_id: str) -> dict[str, float]:
-        """``{"total": …, component: …}`` of a sample (waits for its batch); forgets the id."""
-        with self._lock:
-            entry = self._entry(sample_id)
-        waiting = STEP_CLOCK.now()
-        scores = entry.future.result()  # a RewardScoringError names the scorer and the samples
-        if entry.timed:
-            STEP_CLOCK.add("reward_wait", waiting)
-        with self._lock:
-            if self._entries.pop(sample_id, None) is None:
-                raise UnknownSampleError(f"the reward of sample {sample_id!r} was taken already (each is scored once)")
-            if entry.batch_id in entry.scheduler.pending():
-                entry.scheduler.collect(entry.batch_id)
-        index = scores.sample_ids.index(sample_id)
-        return {"total": scores.total[index], **{name: v[index] for name, v in scores.components.items()}}
+            entry = self._entries.pop(sample_id)
+        return self._scores(sample_id, entry)
 
     def pending(self) -> list[str]:
         """Ids submitted and not taken yet."""
         with self._lock:
             return list(self._entries)
 
-    def _entry(self, sample_id: str) -> _Entry:
-        entry = self._entries.get(sample_id)
-        if entry is None:
-            raise UnknownSampleError(
-                f"a reward was requested for sample {sample_id!r}, which was never submitted for scoring "
-                "or whose reward was taken already"
-            )
-        return entry
+    def _scores(self, sample_id: str, entry: _Entry) -> dict[str, float]:
+        """``{"total": …, component: …}`` of a sample taken out of the ledger (waits for its batch)."""
+        waiting = STEP_CLOCK.now()
+        scores = entry.future.result()  # a RewardScoringError names the scorer and the samples
+        if entry.timed:
+            STEP_CLOCK.add("reward_wait", waiting)
+        with self._lock:
+            if entry.batch_id in entry.scheduler.pending():
+                entry.scheduler.collect(entry.batch_id)
+        index = scores.sample_ids.index(sample_id)
+        return {"total": scores.total[index], **{name: v[index] for name, v in scores.components.items()}}
 
 
 #: this process's ledger (the rollout and the reward function share it)

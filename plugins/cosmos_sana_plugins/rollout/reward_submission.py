@@ -3,8 +3,9 @@
 Each chunk of media (``[rollout] n_generation_mini_batch`` samples) is submitted to the
 process's shared scheduler as soon as it is decoded, so its scoring runs beside the
 generation of the next chunk and beside cosmos-rl's own work up to its reward call.
-``finish`` binds every sample id to its completion tensor and tags each payload's prompt
-with its samples' ids (see :mod:`cosmos_sana.rewards.ledger`).
+``finish`` tags each payload's prompt with its samples' ids in generation order, the order
+in which cosmos-rl hands the completions to the reward function (see
+:mod:`cosmos_sana.rewards.ledger`).
 
 Sample ids read ``rollout<call>/<payload>/<sample>@prompt<prompt_idx>``: unique in the process,
 and naming the dataset prompt in any error.
@@ -42,12 +43,15 @@ class RewardSubmission:
         self._submit(start, output.media)
 
     def finish(self, payloads: list[Any], results: list[Any], media: Any) -> None:
-        """Submit any rows no chunk callback covered, bind the ids and tag the prompts."""
+        """Submit any rows no chunk callback covered and tag the prompts with their ids."""
         if self._submitted < len(self._flat):
             self._submit(self._submitted, media[self._submitted :])
         for payload, result, ids in zip(payloads, results, self.ids, strict=True):
-            for sample_id, completion in zip(ids, result.completions, strict=True):
-                ledger.LEDGER.bind(sample_id, completion)
+            if len(result.completions) != len(ids):
+                raise RuntimeError(
+                    f"rollout{self.call}: payload {getattr(payload, 'prompt_idx', '?')} has "
+                    f"{len(result.completions)} completions for its {len(ids)} samples {ids}"
+                )
             tag_payload_prompt(payload, ids)
 
     def _submit(self, start: int, media: Any) -> None:

@@ -1,9 +1,11 @@
 """``[rollout] backend = "sana"``: the colocated rollout for SANA / SANA-Video.
 
 Samples with :func:`cosmos_sana_plugins.sana.sampling.sample` (``[custom.rollout] sampler``, ``[policy.diffusers.sample]``) on
-the policy the trainer asks for (``model.rl_policies``: NFT's ``old``, else the current
-weights), optionally best-of-n (``[custom.rollout.best_of_n]``). ``P`` prompts give a
-prompt-major batch of ``P·n`` samples; prompt ``i`` owns rows ``[i·n, (i+1)·n)``.
+the policy the colocated trainer asks for through the
+:class:`~cosmos_sana_plugins.trainers.rollout_link.TrainerLink` it attached to the model (NFT's
+``old``, else the current weights; without a trainer, the model as it is), optionally best-of-n
+(``[custom.rollout.best_of_n]``). ``P`` prompts give a prompt-major batch of ``P·n`` samples;
+prompt ``i`` owns rows ``[i·n, (i+1)·n)``.
 
 Each ``RolloutResult`` carries ``completions`` (media ``[n, …]`` in [0, 1], what rewards
 score) and, per sample, the ``extra_info`` the trainers read: ``x0`` (final latents),
@@ -13,7 +15,7 @@ samplers, ``trajectory`` (every latent) and ``log_probs`` (per step). It sets
 
 Sampling seeds are derived, not drawn from a running generator (:mod:`cosmos_sana.seeds`): the
 ``k``-th sample generated for a step is seeded by ``(train.seed, rank, completed steps, k)``. The
-completed steps are the colocated trainer's count (``model.rl_policies.completed_steps``, restored
+completed steps are the colocated trainer's count (``TrainerLink.completed_steps``, restored
 with its checkpoint; cosmos-rl's ``current_weight_version`` advances only every
 ``train.sync_weight_interval`` steps, so it serves only rollouts without a trainer). A resumed run
 therefore samples step ``N`` exactly as the uninterrupted run did, and validation (seeded by
@@ -54,6 +56,7 @@ from cosmos_sana_plugins.rollout.best_of_n import (
     transformer_for,
 )
 from cosmos_sana_plugins.trainers.policies import OLD, TransformerView
+from cosmos_sana_plugins.trainers.rollout_link import link_of
 from cosmos_sana_plugins.rollout.reward_submission import RewardSubmission
 
 logger = get_logger(__name__)
@@ -69,10 +72,10 @@ def accelerate_for_rollout(model: Any, speed: SpeedOptions) -> Any:
             f"custom.rollout.speed.cuda_graph_max_batch = {speed.cuda_graph_max_batch} needs a CUDA GPU "
             f"(the model is on {device}); set it to 0"
         )
-    policies = getattr(model, "rl_policies", None)
-    if policies is not None and policies.old is not None:
+    link = link_of(model)
+    if link is not None and link.old is not None:
         transformer_only = speed.model_copy(update={"vae_channels_last": False, "compile_vae": False})
-        accelerate(TransformerView(model, policies.old), transformer_only)
+        accelerate(TransformerView(model, link.old), transformer_only)
     return accelerate(model, speed)
 
 
@@ -122,22 +125,22 @@ class SanaRollout(RolloutBase):
             self._merged[kind] = MergedTransformer(kind, self._rollout_source, self._rollout_version)
 
     def _rollout_source(self) -> tuple[torch.nn.Module, str | None]:
-        policies = getattr(self.model, "rl_policies", None)
-        old = policies is not None and policies.rollout_policy == "old"
+        link = link_of(self.model)
+        old = link is not None and link.rollout_policy == "old"
         if not self.model.lora_names:
-            return (policies.old if old else self.model.transformer), None
+            return (link.old if old else self.model.transformer), None
         return self.model.transformer, OLD if old else self.model.trainable_adapter
 
     def _rollout_version(self) -> int:
-        policies = getattr(self.model, "rl_policies", None)
-        return policies.version if policies is not None else 0
+        link = link_of(self.model)
+        return link.version if link is not None else 0
 
     def _view(self, is_validation: bool) -> contextlib.AbstractContextManager[Any]:
         """Rollouts: the policy the trainer samples with; validation: the current (EMA) weights."""
-        policies = getattr(self.model, "rl_policies", None)
-        if policies is None:
+        link = link_of(self.model)
+        if link is None:
             return contextlib.nullcontext(self.model)
-        return policies.evaluation_view() if is_validation else policies.rollout_view()
+        return link.evaluation_view() if is_validation else link.rollout_view()
 
     def _fast_view(self, view: Any) -> contextlib.AbstractContextManager[Any]:
         """``view`` sampled through the speed features' ``FastModel``, when on."""
@@ -146,8 +149,8 @@ class SanaRollout(RolloutBase):
     def _completed_steps(self, weight_version: int | None) -> int | None:
         """Training steps behind this generation: the colocated trainer's count, else cosmos-rl's
         ``current_weight_version``, else None (callers outside a training loop)."""
-        policies = getattr(self.model, "rl_policies", None)
-        return policies.completed_steps if policies is not None else weight_version
+        link = link_of(self.model)
+        return link.completed_steps if link is not None else weight_version
 
     def _start_seeds(self, step: int | None) -> None:
         """Seeds of a new step count from 0 again; without a step the count just goes on."""

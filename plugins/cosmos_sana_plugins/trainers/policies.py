@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Iterator
+from types import MethodType
 from typing import Any
 
 import torch
@@ -40,6 +42,12 @@ class RLPolicies:
     ``version`` counts changes of the rollout policy's weights (caches of merged copies key on it).
     ``completed_steps`` is the trainer's count of finished training steps (restored on resume): the
     colocated rollout derives its sampling seeds from it.
+
+    The model and ``evaluation_weights`` (a bound method of the trainer) are held weakly: the
+    trainer link (:mod:`~cosmos_sana_plugins.trainers.rollout_link`) keeps these policies alive for
+    as long as the model lives, and a strong reference back would keep the model alive for ever.
+    Once the trainer is gone its evaluation weights are too: the evaluation view is then the
+    current weights.
     """
 
     def __init__(
@@ -49,15 +57,15 @@ class RLPolicies:
         keep_old: bool,
         keep_reference: bool,
         rollout_policy: str,
-        evaluation_weights: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+        evaluation_weights: MethodType | None = None,
     ) -> None:
         if rollout_policy not in ("old", "current"):
             raise ValueError(f"rollout_policy must be 'old' or 'current', got {rollout_policy!r}")
         if rollout_policy == "old" and not keep_old:
             raise ValueError("sampling with the old policy needs keep_old=True")
-        self.model = model
+        self._model = weakref.ref(model)
         self.rollout_policy = rollout_policy
-        self._evaluation_weights = evaluation_weights or contextlib.nullcontext
+        self._evaluation_weights = None if evaluation_weights is None else weakref.WeakMethod(evaluation_weights)
         self.version = 0
         self.completed_steps = 0
         self.is_lora = bool(model.lora_names)
@@ -74,6 +82,14 @@ class RLPolicies:
                 self.old = self._frozen_copy()
             if keep_reference:
                 self.reference = self._frozen_copy()
+
+    @property
+    def model(self) -> Any:
+        """The model these policies belong to."""
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model these policies belong to was garbage collected")
+        return model
 
     def _frozen_copy(self) -> torch.nn.Module:
         clone = copy.deepcopy(self.model.transformer)
@@ -126,7 +142,8 @@ class RLPolicies:
     @contextlib.contextmanager
     def evaluation_view(self) -> Iterator[Any]:
         """The current policy with its evaluation weights (the trainer's EMA, when on)."""
-        with self._evaluation_weights():
+        weights = None if self._evaluation_weights is None else self._evaluation_weights()
+        with contextlib.nullcontext() if weights is None else weights():
             yield self.model
 
     def checkpoint_parts(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from cosmos_sana.payload_prompt import parse_prompt
 from cosmos_sana.settings import settings_of
 from cosmos_sana.step_clock import STEP_CLOCK
 from cosmos_sana_plugins.sana.text import TextConditioning
-from cosmos_sana_plugins.trainers import advantages
+from cosmos_sana_plugins.trainers import advantages, rollout_link
 from cosmos_sana_plugins.trainers.base import SanaTrainer
 from cosmos_sana_plugins.trainers.guards import RolloutGuards
 from cosmos_sana_plugins.trainers.policies import RLPolicies
@@ -136,7 +136,8 @@ class SanaRLTrainer(SanaTrainer):
             rollout_policy=self.rollout_policy,
             evaluation_weights=self.ema_weights,
         )
-        self.model.rl_policies = self.policies  # the colocated rollout samples through it
+        # the colocated rollout samples the model through this link
+        rollout_link.attach(self.model, rollout_link.TrainerLink(self.policies))
         self.guards = RolloutGuards(self.settings.guards, self.device)
 
     # ------------------------------------------------------------------ subclass API

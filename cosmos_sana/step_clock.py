@@ -6,6 +6,9 @@ spans to the process-wide :data:`STEP_CLOCK`; the trainer closes the step and lo
 and checkpoint writes (a step's checkpoint is saved after its row is closed, so it counts in
 the next step's ``other_s``). Spans of one part that overlap (reward threads waiting side by
 side) count once. Validation rollouts are not counted.
+
+:data:`STEP_CLOCK` is one of the process-wide objects docs/architecture.md lists under
+"Trainer–rollout link and process-wide state".
 """
 
 from __future__ import annotations

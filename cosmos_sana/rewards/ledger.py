@@ -16,6 +16,10 @@ Nothing depends on where a completion's data lives: a copy of a completion gets 
 its position. A taken id is forgotten: a second request for it, or one for an id never
 submitted, is an error naming the id. A scoring failure re-raises the scheduler's error
 (scorer and samples).
+
+:data:`LEDGER` and the caches behind :func:`shared_scorers` and :func:`shared_scheduler` are
+process-wide: docs/architecture.md, "Trainer–rollout link and process-wide state", says who
+writes and reads each, how long it lives and why it cannot belong to one component.
 """
 
 from __future__ import annotations

@@ -72,8 +72,10 @@ def rows(run):  # last logged row per step (the resumed run logs steps after the
     return out
 a, b = rows("a"), rows("b")
 steps = sorted(s for s in a if s > after and s in b)
-keys = ("reward/mean", "loss/total", "loss")
-diff = {s: {k: abs(a[s][k] - b[s][k]) for k in keys if k in a[s] and k in b[s]} for s in steps}
+def compared(key):  # every logged number except clocks and memory, which differ between any two runs
+    return not (key in ("step", "wall_time", "train/iteration_time") or key.startswith(("time/", "memory/")))
+diff = {s: {k: abs(a[s][k] - b[s][k]) for k in a[s] if compared(k) and isinstance(a[s][k], (int, float)) and k in b[s]}
+        for s in steps}
 summary = {"bench": "resume_exact", "steps_compared": steps, "metric_abs_diff": diff,
            "metrics_identical": all(v == 0 for d in diff.values() for v in d.values()),
            "checkpoints": json.load(open(compare))}

@@ -45,7 +45,10 @@
 #      FRACTION (0.6), LORA_RANK (4), LORA_ALPHA (4), DTYPE (bfloat16), UPSTREAM_DTYPE (DTYPE; float32 = its
 #      recipe as shipped), SIDES ("upstream ours": one call may run one side, a later call on the
 #      same still-warm machine the other; the JSON then covers both),
-#      WORK (/tmp/upstream-baseline), MODEL (default: built into WORK/model), DRY_RUN (0).
+#      WORK (/tmp/upstream-baseline), MODEL (default: built into WORK/model), DRY_RUN (0),
+#      MODEL_SAMPLE_SIZE (unset: the model's own; 16 = a 512 px-class SANA such as Sana_1600M_512px: the same
+#      weights with transformer sample_size 16, which without a positional embedding changes nothing but
+#      upstream's binning, so that it samples and trains a 512² request at 512², the same work as ours).
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/upstream-baseline}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
@@ -66,6 +69,17 @@ if [[ ! -f $model/model_index.json ]]; then
     cosmos-sana make-tiny --out "$model" --preset "${PRESET:-sana-1600m}" --device cuda --dtype bfloat16 \
       >"$out/make_tiny.log" 2>&1 || { echo "make-tiny failed: $out/make_tiny.log" >&2; exit 1; }
   fi
+fi
+if [[ -n ${MODEL_SAMPLE_SIZE:-} ]]; then  # the same weights as another size class (files linked, config edited)
+  variant=$work/model-sample-size-$MODEL_SAMPLE_SIZE
+  rm -rf "$variant" && cp -rs "$(cd -- "$model" && pwd)" "$variant" && rm "$variant/transformer/config.json" &&
+    python - "$model/transformer/config.json" "$variant/transformer/config.json" "$MODEL_SAMPLE_SIZE" <<'PY' || exit 1
+import json, sys
+config = json.load(open(sys.argv[1]))
+assert config.get("interpolation_scale") is None, "a positional embedding would depend on sample_size"
+json.dump({**config, "sample_size": int(sys.argv[3])}, open(sys.argv[2], "w"), indent=2)
+PY
+  model=$variant
 fi
 echo "model ready at $(($(date +%s) - t0)) s: $model"
 
@@ -281,6 +295,7 @@ print(json.dumps({"preset": "$preset", "model": "$model", "size": $size,
     "prompts_per_step": $prompts_per_step, "images_per_prompt": $images, "mini_batch": $mini,
     "sample_steps": $sample_steps, "timesteps_fraction": $fraction, "trained_timesteps": max(1, int($sample_steps * $fraction)),
     "lora_rank": $rank, "lora_alpha": $alpha, "dtype": "$dtype", "upstream_dtype": "$up_dtype", "reward": "jpeg_compressibility",
+    "model_sample_size": json.load(open("$model/transformer/config.json"))["sample_size"],
     "timeout_s": $timeout_s, "gpus": 1}))
 PY
   )

@@ -251,7 +251,7 @@ fi
 
 # ---------------------------------------------------------------- launches
 # Each launch leaves WORK/<side>.launch ("START STATUS"): the report covers every side launched with this
-# WORK, so on a machine still warm SIDES=upstream and then SIDES=ours in two calls give one JSON too.
+# WORK, so on a machine still warm SIDES=upstream and then SIDES=ours in two calls (same settings) give one JSON too.
 launch() {  # $1 = side; rest = command. Runs it under min(TIMEOUT, what BUDGET leaves) with GPU memory sampled.
   local side=$1; shift
   local left=$((deadline - $(date +%s) - 40)) limit=$timeout_s start status=0
@@ -266,8 +266,10 @@ launch() {  # $1 = side; rest = command. Runs it under min(TIMEOUT, what BUDGET 
   kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
   echo "$start $status" >"$work/$side.launch"
   echo "$side: exit $status after $(($(date +%s) - ${start%.*})) s (limit $limit s)"
-  for _ in $(seq 30); do  # the next launch starts on an empty GPU
-    [[ -z $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null) ]] && break
+  local used
+  for _ in $(seq 30); do  # the next launch starts on an empty GPU (a container may not list the processes)
+    used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 2>/dev/null || echo 0)
+    [[ -z $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null) ]] && ((${used%%.*} < 2048)) && break
     sleep 1
   done
 }

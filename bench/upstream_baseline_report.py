@@ -11,9 +11,10 @@ step, stamped by cosmos-rl's logger (``YYYY-MM-DD HH:MM:SS,mmm``, the machine's 
 same line on both sides is the clock: step k took ``end(k) - end(k-1)``; seconds per step is the
 median over every step after the first (the first carries compilation and warm-up and is
 reported as time to first step: from START, the launch's epoch second, to ``end(1)``).
-``train/iteration_time`` of each line is the trainer's own training time of the step (the rest is
-rollout, reward and the controller round trip). Should a controller log hold no report lines, the
-side's ``--metrics`` run log's ``wall_time`` rows are the clock instead (``clock`` says which).
+``train/iteration_time`` of each line is the trainer's own training time of the step; the rest
+(``not_train_s_median``) is rollout, reward and the controller round trip. Should a controller log
+hold no report lines, the side's ``--metrics`` run log's ``wall_time`` rows are the clock instead
+(``clock`` says which).
 ``--metrics`` adds the medians of our run log's ``time/*`` split over the same steps; a GPU memory
 CSV (``nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -l 1``) gives the peak MiB
 the GPU held during that launch.
@@ -36,6 +37,7 @@ REPORT_LINE = re.compile(
 )
 ITERATION_TIME = re.compile(r"train/iteration_time: (?P<value>[-+0-9.eE]+|nan)")
 TIME_PARTS = ("step", "rollout", "reward_wait", "train", "other")
+RATIO_KEYS = ("samples_per_s", "step_s_median", "time_to_first_step_s", "train_s_median", "not_train_s_median")
 
 
 def step_ends(log: Path) -> list[tuple[float, float | None]]:
@@ -61,6 +63,8 @@ def summarise(
         raise ValueError(f"step report times go backwards: {times}")
     durations = [later - earlier for earlier, later in zip(times, times[1:])]
     trained = [seconds for _, seconds in ends[1:] if seconds is not None]
+    # per step: what is not training (rollout, reward wait, the controller round trip, waits)
+    rest = [d - seconds for d, (_, seconds) in zip(durations, ends[1:]) if seconds is not None]
     step_s = statistics.median(durations) if durations else None
     return {
         "steps_logged": len(ends),
@@ -70,6 +74,7 @@ def summarise(
         "step_s_median": step_s,
         "samples_per_s": samples_per_step / step_s if step_s else None,
         "train_s_median": statistics.median(trained) if trained else None,
+        "not_train_s_median": statistics.median(rest) if rest else None,
     }
 
 
@@ -141,7 +146,7 @@ def report(
         ours, upstream = sides["ours"], sides["upstream"]
         result["ratio_ours_over_upstream"] = {
             key: ratio(ours.get(key), upstream.get(key))
-            for key in ("samples_per_s", "step_s_median", "time_to_first_step_s", "train_s_median")
+            for key in RATIO_KEYS
         }
     return result
 

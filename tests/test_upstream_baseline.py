@@ -72,6 +72,7 @@ def test_report_medians_samples_per_s_and_ratios(tmp_path):
     assert up["step_s"] == pytest.approx([25.5, 23.25, 25.5, 23.5])
     assert up["step_s_median"] == pytest.approx(24.5) and up["samples_per_s"] == pytest.approx(16 / 24.5)
     assert up["time_to_first_step_s"] == pytest.approx(150.25) and up["train_s_median"] == pytest.approx(14.5)
+    assert up["not_train_s_median"] == pytest.approx(9.875)  # 25.5-14, 23.25-15, 25.5-13, 23.5-16: (8.25+11.5)/2
     assert up["gpu_memory_peak_mib"] == 30500
     assert (us["steps_logged"], us["complete"]) == (4, False)  # asked for 5
     assert us["step_s_median"] == pytest.approx(12.0) and us["samples_per_s"] == pytest.approx(16 / 12)
@@ -84,6 +85,7 @@ def test_report_medians_samples_per_s_and_ratios(tmp_path):
     assert ratios["step_s_median"] == pytest.approx(12 / 24.5)
     assert ratios["time_to_first_step_s"] == pytest.approx(80 / 150.25)
     assert ratios["train_s_median"] == pytest.approx(4 / 14.5)
+    assert ratios["not_train_s_median"] == pytest.approx(8 / 9.875)  # ours: 12-4, 12.5-3, 11.5-5
     assert report["settings"] == {"size": 512}
 
 
@@ -91,7 +93,7 @@ def test_report_names_what_is_missing_or_wrong(tmp_path):
     report = load(REPORT)
     assert report.summarise([(5.0, None)], 0.0, 16, 8) == {  # one step: no step time yet
         "steps_logged": 1, "complete": False, "time_to_first_step_s": 5.0, "step_s": [],
-        "step_s_median": None, "samples_per_s": None, "train_s_median": None,
+        "step_s_median": None, "samples_per_s": None, "train_s_median": None, "not_train_s_median": None,
     }
     with pytest.raises(ValueError, match="step report times go backwards"):
         report.summarise([(10.0, 1.0), (9.0, 1.0)], 0.0, 16, 2)

@@ -22,7 +22,8 @@
 # Settings of upstream's recipe changed to match (not workarounds): dtype float32 → DTYPE; 1024² →
 # SIZE; 10 → SAMPLE_STEPS sampling steps; 24 images a prompt, 6 prompts a GPU, mini-batch 9 → the
 # batch above; `timestep_fraction = 0.99` (a misspelt key cosmos-rl drops, so upstream trains all
-# steps) → `timesteps_fraction = FRACTION`; save_freq 20 → checkpoints off; max_num_steps added.
+# steps) → `timesteps_fraction = FRACTION`; save_freq 20 → checkpoints off; max_num_steps added;
+# logger console only, as ours (wandb is not installed here).
 # Each side keeps its own sampler (upstream: euler, noise_level 1, deterministic; ours: ODE).
 # Workarounds for what stops upstream's launch from running at all here (nothing of upstream's code is changed):
 #   1. prompts: its dataset script downloads pickscore/{train,test}.txt with `wget` when missing (no
@@ -32,8 +33,9 @@
 #      cosmos-rl's client raises IndexError on the protocol's "not ready" answer (HTTP 400) to its first
 #      pull, which would end the launch at step 1.
 #   3. `remote_reward.reward_fns = [{name = "jpeg_compressibility"}]`: the recipe's `reward_fn = {pickscore = 1.0}`
-#      and `score_key` are not fields of 0.4.7's config (dropped, leaving the default reward "dance_grpo").
-#   4. one GPU: dp_shard_size 8 → 1 (policy and rollout); logging without wandb (not installed here).
+#      and `score_key` are not fields of 0.4.7's config (dropped silently, leaving its default reward
+#      "dance_grpo", which no server here serves).
+#   4. one GPU: dp_shard_size 8 → 1 (policy and rollout).
 # Kept as upstream has them (part of what is measured): its resolution binning (on a sample_size-32 model a
 # 512² request is sampled and trained at 1024², resized for the reward; the JSON's settings say which size),
 # the 10 s Redis command block of its colocated loop, its start-up and shutdown, gradient checkpointing

@@ -7,10 +7,12 @@ import datetime
 import importlib.util
 import inspect
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 from queue import Queue
 
@@ -20,6 +22,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 REPORT = REPO / "bench" / "upstream_baseline_report.py"
 SERVER = REPO / "scripts" / "device" / "hold_pull_reward_server.py"
+SCRIPT = REPO / "scripts" / "device" / "upstream_baseline.sh"
 START = datetime.datetime(2026, 12, 1, 10, 0, 0)  # local time, as cosmos-rl's logger writes it
 TOKEN = "baseline-test-token"
 
@@ -55,9 +58,10 @@ def test_report_medians_samples_per_s_and_ratios(tmp_path):
     memory = tmp_path / "up-mem.csv"
     memory.write_text("1024\n30500\nNo devices were found\n28000\n")
     metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("".join(json.dumps({"step": i, "time/step_s": s, "time/rollout_s": r, "time/reward_wait_s": 0.1,
-                                           "time/train_s": s - r - 0.3, "time/other_s": 0.2, "memory/peak_gib": 9.0 + i})
-                               + "\n" for i, (s, r) in enumerate([(40.0, 9.0), (12.0, 3.0), (12.4, 3.4), (11.6, 2.6)], 1)))
+    rows = [{"step": i, "time/step_s": s, "time/rollout_s": r, "time/reward_wait_s": 0.1, "time/train_s": s - r - 0.3,
+             "time/other_s": 0.2, "memory/peak_gib": 9.0 + i}
+            for i, (s, r) in enumerate([(40.0, 9.0), (12.0, 3.0), (12.4, 3.4), (11.6, 2.6)], 1)]
+    metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = subprocess.run(
         [sys.executable, str(REPORT), "--samples-per-step", "16", "--steps", "5",
          "--run", f"upstream:{start}:124:{upstream}:{memory}", "--run", f"ours:{start + 10}:0:{ours}",
@@ -184,3 +188,38 @@ def test_past_the_hold_upstreams_client_fails_as_shipped(upstream_client):
     with pytest.raises(IndexError):  # cosmos-rl 0.4.7's get_results on a not-ready head (left unfixed)
         calculator.get_results(queue)
     assert queue.qsize() == 1
+
+
+@pytest.mark.slow
+def test_dry_run_gives_both_launches_the_same_settings(tiny_image_pipeline_dir, tmp_path):
+    """DRY_RUN=1: upstream's TOML loads with cosmos-rl's own Config, ours passes its launcher's dry run,
+    and both resolved configs ask for the same work; a 512 px-class copy makes upstream sample at 512²."""
+    env = {k: v for k, v in os.environ.items() if k not in {"STEPS", "SIZE", "SIDES", "TIMEOUT", "UPSTREAM_DTYPE"}}
+    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", WORK=str(tmp_path), OUT=str(tmp_path / "out"),
+               MODEL=str(tiny_image_pipeline_dir), DRY_RUN="1", MODEL_SAMPLE_SIZE="16")
+    result = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "upstream config OK: [512, 512] bfloat16 sample 20 steps, trains 12 timesteps/sample" in result.stdout
+    assert "dry run: configuration valid" in result.stdout
+    assert "upstream samples at: 512x512 (requested 512x512)" in result.stdout
+    up = tomllib.loads((tmp_path / "upstream" / "upstream.toml").read_text())
+    ours = tomllib.loads((tmp_path / "ours" / "sana-image-nft" / "sana-image-nft.resolved.toml").read_text())
+    for config in (up, ours):
+        diffusers, train = config["policy"]["diffusers"], config["train"]
+        assert config["policy"]["model_name_or_path"] == str(tmp_path / "model-sample-size-16")
+        assert (diffusers["inference_size"], diffusers["sample"]["num_steps"], diffusers["timesteps_fraction"]) == (
+            [512, 512], 20, 0.6)
+        assert (diffusers["dtype"], config["policy"]["lora"]["r"], config["policy"]["lora"]["lora_alpha"]) == (
+            "bfloat16", 4, 4)
+        rollout = config["rollout"]
+        assert (rollout["batch_size"], rollout["n_generation"], rollout["n_generation_mini_batch"]) == (2, 8, 8)
+        assert (train["train_batch_per_replica"], train["train_policy"]["mini_batch"], train["max_num_steps"]) == (
+            16, 8, 8)
+        assert (train["ckpt"]["enable_checkpoint"], train["ema_enable"], train["train_policy"]["kl_beta"]) == (
+            False, True, 1e-4)
+        assert config["policy"]["model_gradient_checkpointing"] is True
+    remote = up["train"]["train_policy"]["remote_reward"]
+    assert remote["reward_fns"] == [{"name": "jpeg_compressibility", "weight": 1.0}]
+    assert ours["custom"]["rewards"] == [{"name": "jpeg_compressibility"}]
+    config = json.loads((tmp_path / "model-sample-size-16" / "transformer" / "config.json").read_text())
+    assert config["sample_size"] == 16

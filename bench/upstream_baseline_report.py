@@ -35,7 +35,7 @@ from typing import Any
 REPORT_LINE = re.compile(
     r"(?P<stamp>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:[,.](?P<ms>\d{1,6}))?.*\[Controller\] Train report data"
 )
-ITERATION_TIME = re.compile(r"train/iteration_time: (?P<value>[-+0-9.eE]+|nan)")
+ITERATION_TIME = re.compile(r"(?<![\w/])train/iteration_time: (?P<value>[-+0-9.eE]+|nan)")
 TIME_PARTS = ("step", "rollout", "reward_wait", "train", "other")
 RATIO_KEYS = ("samples_per_s", "step_s_median", "time_to_first_step_s", "train_s_median", "not_train_s_median")
 

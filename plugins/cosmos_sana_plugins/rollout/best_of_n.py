@@ -82,7 +82,11 @@ def _quantize(module: torch.nn.Module, kind: str) -> None:
             and mod.out_features % 16 == 0
         )
 
-    quantize_(module, Config(), filter_fn=blocks_linear)
+    # torchao's FP8 config by default switches on inductor's coordinate-descent tuning for the whole
+    # process (set_inductor_config=True), which made the first compile of a launch (this copy, the
+    # full-rollout copy, the speed features) take over 5 minutes at SANA-600M shapes on an H200.
+    options = {"set_inductor_config": False} if kind == "fp8" else {}
+    quantize_(module, Config(**options), filter_fn=blocks_linear)
 
 
 class MergedTransformer:

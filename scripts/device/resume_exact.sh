@@ -11,7 +11,11 @@
 # Env: MODEL (a pipeline folder; default: make-tiny PRESET into WORK/model), PRESET (sana-600m), SIZE (256), STEPS (6), KILL_AFTER (3), TIMEOUT per launch (420:
 #      with three launches starting side by side on one H200 host a worker took ~140 s to get its
 #      configuration, so 160 s ended every launch before its first step),
-#      WORK (/tmp/resume-exact).
+#      WORK (/tmp/resume-exact),
+#      RUNS (a b; "a" runs only the uninterrupted launch and compares its per-step metrics with REFERENCE,
+#      a JSON {"rows": {step: {metric: value}}} of an earlier run of these settings, e.g.
+#      bench/results/2026-12-01-h200-nft-600m-256-reference-metrics.json: does a code change keep the
+#      reward curve of the same seed? Summary: $OUT/reward_curve.json).
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/resume-exact}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
@@ -39,6 +43,28 @@ complete_ckpt() {  # $1 = run folder; prints the checkpoint folder of step $kill
   find "$work/$1" -path "*/checkpoints/iter_$(printf %09d "$kill_after")/COMPLETE" -printf '%h\n' 2>/dev/null | head -n 1
 }
 rm -rf "$work/a" "$work/b"
+if [[ ${RUNS:-a b} == a ]]; then
+  launch a 1; echo "a: exit $? after $(( $(date +%s) - t0 )) s"
+  find "$work/a" \( -name "*.log" -o -name metrics.jsonl \) -print0 | tar czf "$out/logs.tgz" --null -T - 2>/dev/null
+  python - "$work/a" "${REFERENCE:?RUNS=a needs REFERENCE}" "$out/reward_curve.json" <<'PY'
+import json, pathlib, sys
+run, reference, dest = pathlib.Path(sys.argv[1]), json.load(open(sys.argv[2]))["rows"], sys.argv[3]
+rows = {}
+for f in sorted(run.rglob("metrics.jsonl")):
+    for line in f.read_text().splitlines():
+        if line.strip() and "step" in (row := json.loads(line)):
+            rows[str(row["step"])] = row
+steps = sorted((s for s in reference if s in rows), key=int)
+diff = {s: {k: abs(rows[s][k] - v) for k, v in reference[s].items() if k in rows[s]} for s in steps}
+summary = {"bench": "reward_curve", "steps_compared": steps, "steps_missing": sorted(set(reference) - set(rows), key=int),
+           "reward_mean": {s: rows[s]["reward/mean"] for s in steps},
+           "max_abs_diff_per_step": {s: max(d.values(), default=None) for s, d in diff.items()},
+           "identical": bool(steps) and len(steps) == len(reference) and all(v == 0 for d in diff.values() for v in d.values())}
+json.dump({**summary, "metric_abs_diff": diff}, open(dest, "w"), indent=1)
+print(json.dumps(summary))
+PY
+  exit
+fi
 ( launch a 1; echo "a: exit $? after $(( $(date +%s) - t0 )) s" ) &
 pid_a=$!
 launch b 2 & pid_b=$!

@@ -12,6 +12,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+import torch
 
 from cosmos_sana.compat import autoload
 from cosmos_sana.compat import cosmos_rl as compat
@@ -362,3 +363,72 @@ def test_launcher_waits_for_the_controller_before_any_replica_and_replicas_retry
     entry = inspect.getsource(policy_entry.policy_entry)
     assert entry.index("get_controller_metadata()") < entry.index("init_distributed()")
     assert "make_request_with_retry(" in inspect.getsource(APIClient.get_controller_metadata)
+
+
+class _TwoBlocks(torch.nn.Module):
+    """What upstream's diffusers ``apply_fsdp`` reads of a transformer: blocks named in ``_no_split_modules``."""
+
+    _no_split_modules = ["Linear"]
+    _skip_layerwise_casting_patterns: list[str] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        self.scale = torch.nn.Parameter(torch.ones(4))  # a root weight, as SANA's scale_shift_table
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(x) * self.scale
+
+
+def _resharded(module: torch.nn.Module) -> bool:
+    """FSDP2 registers the sharded DTensors while a module is resharded, plain tensors while it is gathered."""
+    from torch.distributed.tensor import DTensor
+
+    return all(isinstance(p, DTensor) for p in module.parameters(recurse=False))
+
+
+@pytest.mark.parametrize("policy", ["never", "always", "default"])
+def test_diffusers_apply_fsdp_reshards_after_every_forward_whatever_the_setting(policy):
+    """Why ``parallelize_diffusers`` sets ``reshard_after_forward`` itself: cosmos-rl's diffusers
+    ``apply_fsdp`` takes ``train.fsdp_reshard_after_forward`` and ignores it, so after every forward
+    each sharded module (blocks and root) is resharded and the next forward gathers it again. Once
+    this fails for ``"never"``, upstream honours the setting and the loop in
+    ``parallelize_diffusers`` can go; the last check shows what that loop changes."""
+    import torch.distributed as dist
+    from cosmos_rl.policy.model.diffusers.parallelize import apply_fsdp
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = _TwoBlocks()
+        apply_fsdp(model, init_device_mesh("cpu", (1,)), torch.float32, torch.float32, pp_enabled=False,
+                   reshard_after_forward_policy=policy)
+        modules = [model, *model.blocks]
+        with torch.no_grad():
+            model(torch.ones(2, 4))
+        assert all(_resharded(m) for m in modules), f"{policy!r}: upstream no longer reshards after every forward"
+        for module in modules:
+            module.set_reshard_after_forward(compat.reshard_after_forward(policy), recurse=False)
+        with torch.no_grad():
+            model(torch.ones(2, 4))
+        assert [_resharded(m) for m in modules] == [compat.reshard_after_forward(policy)] * 3
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("always", True), ("default", True), ("never", False)])
+def test_reshard_policy_values(policy, expected):
+    assert compat.reshard_after_forward(policy) is expected
+
+
+def test_reshard_policy_names_the_key():
+    with pytest.raises(ValueError, match=r"train.fsdp_reshard_after_forward = 'sometimes'"):
+        compat.reshard_after_forward("sometimes")
+
+
+def test_reshard_policy_values_are_upstreams_choices():
+    from cosmos_rl.policy.config import TrainingConfig
+
+    field = TrainingConfig.model_fields["fsdp_reshard_after_forward"]
+    assert set(field.json_schema_extra["choices"]) == set(compat.RESHARD_AFTER_FORWARD)
+    assert field.default == "default"

@@ -374,6 +374,42 @@ def startup_patches_enabled() -> bool:
     return fast_startup()
 
 
+#: ``train.fsdp_reshard_after_forward`` → FSDP2's ``reshard_after_forward`` of every sharded module of a
+#: diffusers transformer. ``"default"`` keeps what cosmos-rl's diffusers path does (every block and the
+#: root reshard after each forward), not the "all but the last layer" of its LLM paths, so a recipe that
+#: leaves the key unset runs as before.
+RESHARD_AFTER_FORWARD = {"always": True, "default": True, "never": False}
+
+
+def reshard_after_forward(policy: str) -> bool:
+    """FSDP2's ``reshard_after_forward`` for a ``train.fsdp_reshard_after_forward`` value (ValueError naming the key)."""
+    if policy not in RESHARD_AFTER_FORWARD:
+        raise ValueError(
+            f"train.fsdp_reshard_after_forward = {policy!r}: must be one of {sorted(RESHARD_AFTER_FORWARD)}"
+        )
+    return RESHARD_AFTER_FORWARD[policy]
+
+
+def parallelize_diffusers(model: Any, parallel_dims: Any, config: Any) -> None:
+    """cosmos-rl's FSDP2 sharding of a diffusers model's transformer (``DiffuserModel.parallelize_fn``),
+    with ``train.fsdp_reshard_after_forward`` honoured.
+
+    cosmos-rl 0.4.7's diffusers ``apply_fsdp`` takes that setting but passes
+    ``reshard_after_forward=True`` to every ``fully_shard`` call, so each forward all-gathers every
+    block's weights again (Diffusion-NFT runs three forwards per backward: four all-gathers per block
+    and training micro-step). Afterwards every sharded module gets the setting's value; with
+    ``"never"`` a module's weights stay gathered from their first forward until the backward after it
+    (FSDP2 reshards there) or an explicit ``reshard``."""
+    value = reshard_after_forward(config.train.fsdp_reshard_after_forward)
+    parallelize, _ = model.parallelize_fn
+    parallelize(model, parallel_dims, config, pp_loss_fn=None)
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.transformer.modules():
+        if isinstance(module, FSDPModule):
+            module.set_reshard_after_forward(value, recurse=False)
+
+
 def reports_rewards(parallel_dims: Any) -> bool:
     """Whether cosmos-rl scores this rank's rollouts: its rollout worker's ``should_report``
     (first TP rank of the last pipeline stage). Other ranks' samples are never rewarded."""

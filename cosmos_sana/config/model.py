@@ -34,3 +34,10 @@ class ModelOptions(StrictModel):
         default="", description="appended to every prompt before encoding (SANA-Video: ' motion score: 30.')"
     )
     fps: int = Field(default=16, ge=1, description="frame rate of generated and training videos")
+    lora_data_parallel: Literal["fsdp", "replicate"] = Field(
+        default="fsdp",
+        description="how LoRA training places the transformer on the data-parallel ranks: 'fsdp' shards it "
+        "with FSDP2 (cosmos-rl's way; every forward all-gathers the weights), 'replicate' keeps a whole "
+        "copy on every rank and averages only the LoRA gradients, once per optimizer step (no all-gather; "
+        "the model must fit one GPU; refused for full-parameter training)",
+    )

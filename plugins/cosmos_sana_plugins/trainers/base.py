@@ -22,6 +22,7 @@ from cosmos_rl.policy.trainer.base import Trainer
 from cosmos_sana.log import get_logger
 from cosmos_sana.seeds import derive_seed, seed_all
 from cosmos_sana.settings import settings_of
+from cosmos_sana_plugins.trainers import data_parallel
 from cosmos_sana_plugins.trainers.finite import NonFiniteStep, non_finite_problem
 from cosmos_sana_plugins.trainers.runlog import run_log_for
 
@@ -58,9 +59,10 @@ class SanaTrainer(Trainer):
         self.device = self.model.current_device()
         self.is_lora = bool(self.model.lora_names)
         self.is_video = bool(self.model.is_video)
-        if parallel_dims is not None and parallel_dims.dp_shard_enabled and parallel_dims.world_size > 1:
-            parallelize, _ = self.model.parallelize_fn  # FSDP2 over dp_shard (needs the worker's mesh)
-            parallelize(self.model, parallel_dims, config, pp_loss_fn=None)
+        # FSDP2 over dp_shard, or a whole replica per rank (needs the worker's mesh)
+        self.gradient_group = data_parallel.place_model(
+            self.model, parallel_dims, config, self.settings.model.lora_data_parallel
+        )
         self.model.set_gradient_checkpointing_enabled(config.policy.model_gradient_checkpointing)
         self.build_optimizers()
         self.lr_schedulers: Any = None
@@ -79,6 +81,7 @@ class SanaTrainer(Trainer):
         """Refuse settings this trainer cannot honour (raises ValueError naming the key)."""
         if config.train.ema_enable and not 0.0 <= config.train.ema_decay < 1.0:
             raise ValueError(f"train.ema_decay must be in [0, 1), got {config.train.ema_decay}")
+        data_parallel.check_placement(config, settings_of(config).model.lora_data_parallel)
 
     # ------------------------------------------------------------------ optimisation
     def build_optimizers(self) -> None:
@@ -109,13 +112,16 @@ class SanaTrainer(Trainer):
     def optimizer_step(
         self, inter_policy_nccl: Any = None, *, step: int | None = None, losses: dict[str, Any] | None = None
     ) -> float:
-        """Average gradients over policy replicas, clip (``optm_grad_norm_clip``), step, zero; then the
+        """Average gradients over the data-parallel replicas (``lora_data_parallel = "replicate"``; FSDP
+        averages its shards in the backward) and over policy replicas, clip (``optm_grad_norm_clip``), step, zero; then the
         EMA update (every ``ema_update_step_interval`` optimizer updates).
 
         A non-finite gradient or loss term (``losses``, name → per-sample values) stops training
         before any weight changes, naming training step ``step`` (or, with ``[custom.trainer]
         on_non_finite = "skip"``, drops this update and counts it)."""
         params = self.trainable_params
+        if self.gradient_group is not None:
+            data_parallel.average_gradients(params, self.gradient_group)
         if inter_policy_nccl is not None:
             from cosmos_rl.utils.distributed import gradient_reduce_across_dp_replicas_
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from cosmos_sana_plugins.trainers import data_parallel
+
 OLD = "old"
 
 
@@ -119,9 +121,18 @@ class RLPolicies:
         with self.view(which) as model:
             return model.velocity(latents, sigmas, text)
 
+    def reshard(self) -> None:
+        """Free weights that gradient-free forwards left gathered (FSDP2 with
+        ``train.fsdp_reshard_after_forward = "never"``), so code that reads or writes parameters sees
+        the sharded ones; a no-op without FSDP."""
+        for module in (self.model.transformer, self.old, self.reference):
+            if module is not None:
+                data_parallel.reshard(module)
+
     @torch.no_grad()
     def update_old(self, decay: float) -> None:
         """``old ← decay·old + (1 − decay)·current``."""
+        self.reshard()
         if self.is_lora:
             self.model.blend_adapters(self.model.trainable_adapter, OLD, decay)
         else:
@@ -135,16 +146,26 @@ class RLPolicies:
         if self.rollout_policy == "current":
             self.version += 1
 
-    def rollout_view(self) -> contextlib.AbstractContextManager[Any]:
-        """The model as rollouts must see it."""
-        return self.view(self.rollout_policy)
+    @contextlib.contextmanager
+    def rollout_view(self) -> Iterator[Any]:
+        """The model as rollouts must see it (weights resharded afterwards)."""
+        try:
+            with self.view(self.rollout_policy) as model:
+                yield model
+        finally:
+            self.reshard()
 
     @contextlib.contextmanager
     def evaluation_view(self) -> Iterator[Any]:
-        """The current policy with its evaluation weights (the trainer's EMA, when on)."""
+        """The current policy with its evaluation weights (the trainer's EMA, when on; swapped into the
+        sharded weights, which are resharded again afterwards)."""
         weights = None if self._evaluation_weights is None else self._evaluation_weights()
-        with contextlib.nullcontext() if weights is None else weights():
-            yield self.model
+        self.reshard()
+        try:
+            with contextlib.nullcontext() if weights is None else weights():
+                yield self.model
+        finally:
+            self.reshard()
 
     def checkpoint_parts(self) -> dict[str, Any]:
         """The full-parameter ``old`` copy (LoRA ``old`` travels with the model part; the

@@ -27,6 +27,8 @@ submitted for scoring at once and each payload's prompt is tagged with its sampl
 
 ``[custom.rollout.speed]`` installs :mod:`~cosmos_sana_plugins.sana.fast_denoise`'s features once,
 on the model (and a full-parameter ``old`` copy), and every view samples through one ``FastModel``.
+``COSMOS_SANA_ROLLOUT_DUMP=<folder>`` saves the first training step's rollouts there
+(:mod:`~cosmos_sana_plugins.rollout.rollout_dump`), to compare two launches sample by sample.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from cosmos_sana_plugins.rollout.best_of_n import (
 from cosmos_sana_plugins.trainers.policies import OLD, TransformerView
 from cosmos_sana_plugins.trainers.rollout_link import link_of
 from cosmos_sana_plugins.rollout.reward_submission import RewardSubmission
+from cosmos_sana_plugins.rollout.rollout_dump import FirstStepDump
 
 logger = get_logger(__name__)
 
@@ -93,6 +96,7 @@ class SanaRollout(RolloutBase):
         self._best_of_n: BestOfNSampler | None = None
         self._merged: dict[str, MergedTransformer] = {}
         self._fast: Any = None  # fast_denoise.FastModel when [custom.rollout.speed] is on
+        self._dump = FirstStepDump.from_env(self._rank)  # COSMOS_SANA_ROLLOUT_DUMP, off when unset
 
     # ------------------------------------------------------------------ cosmos-rl API
     def init_engine(self, quantization: str | None = None, seed: int | None = None, load_format: str = "auto", **kwargs: Any) -> None:
@@ -208,6 +212,7 @@ class SanaRollout(RolloutBase):
         holdout = is_validation and bool(self.settings.guards.holdout_rewards)  # scored inline by other scorers
         submission = None if holdout else self._reward_submission(payloads, n, timed=not is_validation)
         on_chunk = None if submission is None else submission.on_chunk
+        first_drawn = self._drawn
         with self._view(is_validation) as policy_view, self._fast_view(policy_view) as view:
             if self._best_of_n is not None and not is_validation:
                 options = self.settings.rollout.best_of_n
@@ -220,6 +225,8 @@ class SanaRollout(RolloutBase):
                 seeds = self._validation_seeds(payloads, n) if is_validation else self._draw_seeds(len(prompts) * n)
                 chunk = self.config.rollout.n_generation_mini_batch or len(seeds)
                 out = sample_in_chunks(view, text.repeat_interleave(n), seeds, settings, chunk, on_chunk)
+        if self._dump is not None and not is_validation and self._dump.wants(self._seed_step):
+            self._dump.save(self._seed_step, first_drawn, out.latents, out.media, seeds)
         results = self._results(payloads, n, out, text.repeat_interleave(n), seeds, is_validation)
         if submission is not None:
             submission.finish(payloads, results, out.media)

@@ -21,8 +21,9 @@
 #      launch has been stopped and the report written), TIMEOUT (a shorter limit per launch), PRESET
 #      (sana-600m), MODEL (a pipeline folder instead of make-tiny), WORK (/tmp/speed-defaults),
 #      REFERENCE (default when SIZE is 256: bench/results/2026-12-01-h200-nft-600m-256-reference-metrics.json,
-#      made with STEPS=6 and checkpoints every 3 steps; "none" skips it), SERIAL=1, DRY_RUN=1 (each
-#      launcher validates its configuration and writes it, nothing runs; needs MODEL).
+#      made with STEPS=6 and checkpoints every 3 steps; "none" skips it), SERIAL=1, GPUS ("0"; e.g. "0 1"
+#      on a 2-GPU host deals the launches out round-robin), DRY_RUN=1 (each launcher validates its
+#      configuration and writes it, nothing runs; needs MODEL).
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/speed-defaults}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
@@ -31,6 +32,7 @@ steps=${STEPS:-4}; size=${SIZE:-256}; budget=${BUDGET:-540}; dry=${DRY_RUN:-0}
 per_prompt=4  # rollout.n_generation = n_generation_mini_batch: the batch of every rollout forward (no CFG)
 report=scripts/speed_defaults_report.py
 read -ra configs <<<"${CONFIGS:-off bf16 text_kv compile graphs all}"
+read -ra gpus <<<"${GPUS:-0}"
 for name in "${configs[@]}"; do  # unknown names fail here, before any launch
   python "$report" overrides "$name" --graph-batch "$per_prompt" >/dev/null || exit 2
 done
@@ -60,8 +62,9 @@ launch() {  # $1 = configuration, $2 = port offset; outputs, dump, exit status a
   [[ -n ${TIMEOUT:-} ]] && (( TIMEOUT < limit )) && limit=$TIMEOUT
   if (( limit < 60 )); then echo "$name: skipped (${limit} s left)"; return; fi
   t=$(date +%s)
-  # empty compile caches of its own: the first step's time is a cold compile, as in a user's first launch
-  TORCHINDUCTOR_CACHE_DIR=$dir/inductor-cache TRITON_CACHE_DIR=$dir/triton-cache \
+  # compile caches of its own, empty: the first step's time is a cold compile, as in a user's first launch
+  CUDA_VISIBLE_DEVICES=${gpus[offset % ${#gpus[@]}]} \
+    TORCHINDUCTOR_CACHE_DIR=$dir/inductor-cache TRITON_CACHE_DIR=$dir/triton-cache \
     DRY_RUN=$dry COSMOS_SANA_ROLLOUT_DUMP=$dir/rollout-dump NPROC_PER_NODE=1 DATASET_PATH=builtin:demo \
     BASE_CHECKPOINT_PATH=$model OUTPUT_ROOT=$dir MASTER_PORT=$((8400 + offset)) RDZV_PORT=$((29700 + offset)) \
     timeout -k 20 -s INT "$limit" bash launchers/launch_rl_sana-image-nft.sh -- \

@@ -198,3 +198,59 @@ def test_unknown_placement_is_named() -> None:
     with pytest.raises(ConfigInvalid, match=r"custom.model.lora_data_parallel"):
         validate_file(ROOT / "toml" / "tiny" / "sana-image-nft.toml", ['custom.model.lora_data_parallel="ddp"'],
                       registry=load_plugins())
+
+
+SFT_WORKER = textwrap.dedent(
+    """
+    import sys
+    import torch
+    import torch.distributed as dist
+
+    sys.path.insert(0, sys.argv[3])
+    from fixtures_trainers import build_trainer
+    from test_trainer_fsdp import fixed_noise_sft, sft_setup, use_cpu_mesh
+
+    pipeline, out = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    use_cpu_mesh()
+    fixed_noise_sft()
+    config, batch = sft_setup(pipeline, out, dp=2)
+    config.custom.setdefault("model", {})["lora_data_parallel"] = "replicate"
+    trainer = build_trainer(config)
+    trainer.step_training(batch[2 * rank : 2 * rank + 2], total_steps=1, train_step=0, save_freq=10)
+    lora = {k: v.detach().clone() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+    torch.save(lora, f"{out}/sft_rank{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_single_thread")
+def test_replicated_sft_step_equals_one_process_on_the_whole_batch(tmp_path: Path, tiny_image_pipeline_dir: Path,
+                                                                  cosmos_registries) -> None:
+    """Two replicas with two samples each take the step one process takes on all four (σ and noise fixed)."""
+    from test_trainer_fsdp import fixed_noise_sft, sft_setup
+
+    import cosmos_sana_plugins.trainers.sft as sft_module
+    from fixtures_trainers import build_trainer
+
+    run_two_ranks(SFT_WORKER, tiny_image_pipeline_dir, tmp_path)
+    real = sft_module.flow_matching_per_sample
+    try:
+        fixed_noise_sft()
+        config, batch = sft_setup(tiny_image_pipeline_dir, tmp_path / "single", dp=1)
+        trainer = build_trainer(config)
+        before = {k: v.detach().clone() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+        trainer.step_training(batch, total_steps=1, train_step=0, save_freq=10)
+    finally:
+        sft_module.flow_matching_per_sample = real
+    single = {k: v.detach() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+    ranks = [torch.load(tmp_path / f"sft_rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0].keys() == single.keys()
+    assert any(not torch.equal(before[k], single[k]) for k in single)
+    for key, value in single.items():
+        assert torch.equal(ranks[0][key], ranks[1][key]), key
+        torch.testing.assert_close(ranks[0][key], value, rtol=1e-5, atol=1e-6, msg=key)

@@ -96,6 +96,8 @@ WORKER = textwrap.dedent(
     for source in ("replicate", "fsdp"):  # step 2 again from each run's step-1 checkpoint, replicated
         step1 = next((out / source).rglob("iter_000000001"))
         results[f"resume-{source}"] = run(f"resume-{source}", "replicate", "default", resume=str(step1))
+    step1 = next((out / "replicate").rglob("iter_000000001"))  # and the replicated checkpoint, sharded
+    results["fsdp-resume-replicate"] = run("fsdp-resume-replicate", "fsdp", "default", resume=str(step1))
     torch.save(results, out / f"rank{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
@@ -137,13 +139,15 @@ def test_replicated_lora_trains_like_fsdp_and_stays_identical_on_both_ranks(rank
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("torch_single_thread")
-def test_replicate_checkpoints_resume_and_load_fsdp_checkpoints(ranks: list[dict]) -> None:
+def test_checkpoints_resume_across_placements(ranks: list[dict]) -> None:
     for rank in ranks:
         # step 2 from the replicated run's own step-1 DCP checkpoint: exactly the uninterrupted step 2
         for key, value in rank["replicate"]["end"].items():
             assert torch.equal(rank["resume-replicate"]["end"][key], value), key
         # the FSDP run's (sharded) checkpoint loads into a replicated model, which then trains like FSDP
         assert_lora_close(rank["resume-fsdp"]["end"], rank["fsdp"]["end"])
+        # and the replicated run's checkpoint into a sharded model
+        assert_lora_close(rank["fsdp-resume-replicate"]["end"], rank["replicate"]["end"])
 
 
 @pytest.mark.slow

@@ -57,10 +57,10 @@ from cosmos_sana_plugins.rollout.best_of_n import (
     sample_in_chunks,
     transformer_for,
 )
-from cosmos_sana_plugins.trainers.policies import OLD, TransformerView
-from cosmos_sana_plugins.trainers.rollout_link import link_of
 from cosmos_sana_plugins.rollout.reward_submission import RewardSubmission
 from cosmos_sana_plugins.rollout.rollout_dump import FirstStepDump
+from cosmos_sana_plugins.trainers.policies import OLD, TransformerView
+from cosmos_sana_plugins.trainers.rollout_link import link_of
 
 logger = get_logger(__name__)
 

@@ -3,7 +3,9 @@ docs/architecture.md, "Trainer–rollout link and process-wide state".
 
 Found on the AST (nothing is imported): a module-level name bound to an empty mutable container
 (``{}``, ``[]``, ``dict()``, ``set()``, ``OrderedDict()``, ``WeakKeyDictionary()`` …) or to an
-instance of a class of the same module whose ``__init__`` sets attributes on ``self``.
+instance of a class of the same module whose ``__init__`` sets attributes on ``self``, and a
+module-level function memoised by ``functools.cache`` / ``lru_cache`` (its cache lives as long as
+the process).
 """
 
 from __future__ import annotations
@@ -15,11 +17,21 @@ from test_architecture import REPO, ROOTS, module_files
 
 SECTION = "## Trainer–rollout link and process-wide state"
 CONTAINERS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
+MEMOISERS = {"cache", "lru_cache"}
 
 
 def _callee(node: ast.Call) -> str | None:
-    func = node.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    return _name(node.func)
+
+
+def _name(node: ast.expr) -> str | None:
+    """``x`` of ``x`` or ``module.x``."""
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+
+def _memoised(function: ast.FunctionDef) -> bool:
+    """Whether ``@cache``, ``@lru_cache``, ``@lru_cache(...)`` (or the ``functools.`` forms) decorate it."""
+    return any(_name(d.func if isinstance(d, ast.Call) else d) in MEMOISERS for d in function.decorator_list)
 
 
 def _stateful_classes(tree: ast.Module) -> set[str]:
@@ -40,6 +52,9 @@ def process_wide_objects(path: Path) -> list[str]:
     stateful = _stateful_classes(tree)
     names = []
     for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and _memoised(node):
+            names.append(node.name)
+            continue
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
@@ -69,7 +84,7 @@ def test_every_process_wide_object_is_documented():
         f"{path.relative_to(REPO)}: {name}"
         for path in module_files(ROOTS).values()
         for name in process_wide_objects(path)
-        if f"`{name}`" not in section
+        if f"`{name}`" not in section and f"`{name}()`" not in section
     ]
     assert not missing, (
         f"process-wide objects missing from docs/architecture.md, '{SECTION[3:]}' (say who writes and reads "
@@ -80,7 +95,7 @@ def test_every_process_wide_object_is_documented():
 def test_the_scan_finds_the_known_objects():
     """The check above sees the objects it exists for (an empty scan would pass it)."""
     found = {name for path in module_files(ROOTS).values() for name in process_wide_objects(path)}
-    assert {"STEP_CLOCK", "LEDGER", "_scorer_sets", "_schedulers", "_LINKS"} <= found
+    assert {"STEP_CLOCK", "LEDGER", "_scorer_sets", "_schedulers", "_LINKS", "installed_plugins"} <= found
 
 
 def test_the_scan_tells_stores_from_constants(tmp_path):
@@ -90,7 +105,9 @@ def test_the_scan_tells_stores_from_constants(tmp_path):
         "class Clock:\n    def __init__(self):\n        self.spans = []\n"
         "class Stateless:\n    mode = 'x'\n"
         "TABLE = {'a': 1}\nNAMES = ['a']\nCLOCK = Clock()\nCHECKER = Stateless()\n"
-        "_cache: dict[str, int] = {}\n_pool = OrderedDict()\n_refs = weakref.WeakKeyDictionary()\nSEEN = set()\n",
+        "_cache: dict[str, int] = {}\n_pool = OrderedDict()\n_refs = weakref.WeakKeyDictionary()\nSEEN = set()\n"
+        "import functools\n@functools.lru_cache(maxsize=1)\ndef plugins():\n    return 1\n"
+        "@functools.cache\ndef bins(n):\n    return n\n@staticmethod\ndef plain():\n    return 0\n",
         encoding="utf-8",
     )
-    assert process_wide_objects(module) == ["CLOCK", "_cache", "_pool", "_refs", "SEEN"]
+    assert process_wide_objects(module) == ["CLOCK", "_cache", "_pool", "_refs", "SEEN", "plugins", "bins"]

@@ -56,10 +56,13 @@ for f in sorted(run.rglob("metrics.jsonl")):
             rows[str(row["step"])] = row
 steps = sorted((s for s in reference if s in rows), key=int)
 diff = {s: {k: abs(rows[s][k] - v) for k, v in reference[s].items() if k in rows[s]} for s in steps}
+missing = {s: sorted(set(reference[s]) - set(rows[s])) for s in steps if set(reference[s]) - set(rows[s])}
 summary = {"bench": "reward_curve", "steps_compared": steps, "steps_missing": sorted(set(reference) - set(rows), key=int),
-           "reward_mean": {s: rows[s]["reward/mean"] for s in steps},
+           "metrics_missing": missing,  # a metric the reference logged and this run did not: not identical
+           "reward_mean": {s: rows[s].get("reward/mean") for s in steps},
            "max_abs_diff_per_step": {s: max(d.values(), default=None) for s, d in diff.items()},
-           "identical": bool(steps) and len(steps) == len(reference) and all(v == 0 for d in diff.values() for v in d.values())}
+           "identical": bool(steps) and len(steps) == len(reference) and not missing
+                        and all(v == 0 for d in diff.values() for v in d.values())}
 json.dump({**summary, "metric_abs_diff": diff}, open(dest, "w"), indent=1)
 print(json.dumps(summary))
 PY

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cosmos_sana_plugins.sana import fast_attention, fast_denoise, sampling
-from cosmos_sana_plugins.sana.fast_attention import Bf16LinearAttnProcessor, TextKVAttnProcessor
+from cosmos_sana_plugins.sana.fast_attention import Bf16LinearAttnProcessor
 from cosmos_sana_plugins.sana.fast_denoise import FastModel, SpeedOptions
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")

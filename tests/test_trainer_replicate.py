@@ -5,7 +5,8 @@ all-gathers and all-reduces counted per phase of the second step, DCP checkpoint
 Replication must train the same LoRA weights as FSDP (both average the ranks' gradients), keep both
 replicas bit-identical, gather no weights at all, and write checkpoints FSDP runs can resume from and
 vice versa. ``train.fsdp_reshard_after_forward = "never"`` must gather each sharded module once per
-rollout and once per training micro-step instead of once per forward."""
+rollout and once per training micro-step instead of once per forward, and an EMA forward before each
+step (as validation runs) must leave no stale gathered weights behind."""
 
 from __future__ import annotations
 
@@ -48,9 +49,15 @@ WORKER = textwrap.dedent(
     dist.all_gather_into_tensor = counted("all_gather", dist.all_gather_into_tensor)
     dist.all_reduce = counted("all_reduce", dist.all_reduce)
 
-    def in_phase(name, fn):
+    def in_phase(name, fn, trainer):
         def wrapper(*args, **kwargs):
             step = len([k for k in calls if k[1] == "step"]) + 1
+            if name == "train":  # an EMA forward first, as validation between steps runs
+                where[0] = "eval"
+                with torch.no_grad(), trainer.ema_weights():
+                    model = trainer.model
+                    model.velocity(torch.ones(1, *model.latent_shape(32, 32)), torch.tensor(0.5),
+                                   model.encode_text(["a red cube"]))
             where[0] = f"{name}{step}"
             try:
                 return fn(*args, **kwargs)
@@ -75,6 +82,7 @@ WORKER = textwrap.dedent(
         overrides = {
             "policy.parallelism.dp_shard_size": 2, "rollout.parallelism.dp_shard_size": 2,
             "train.ckpt.save_freq": 1, "custom.model.lora_data_parallel": placement,
+            "train.ema_enable": True, "train.ema_decay": 0.5,
             "train.fsdp_reshard_after_forward": reshard, "train.resume": resume,
             # Adam's first steps are ~lr·sign(grad), which turns rounding-level differences of tiny
             # gradients into whole steps and cannot see a gradient summed instead of averaged; with
@@ -84,8 +92,8 @@ WORKER = textwrap.dedent(
         config = recipe("sana-image-nft", pipeline, out / name, overrides)
         trainer, rollout = build_components(config)
         start = lora(trainer)
-        rollout.rollout_generation = in_phase("rollout", rollout.rollout_generation)
-        trainer.step_training = in_phase("train", trainer.step_training)
+        rollout.rollout_generation = in_phase("rollout", rollout.rollout_generation, trainer)
+        trainer.step_training = in_phase("train", trainer.step_training, trainer)
         reports = run_local(config, 2, (trainer, rollout))
         return {"start": start, "end": lora(trainer), "calls": dict(calls),
                 "gathering_modules": gathering_modules(trainer.model.transformer),

@@ -162,10 +162,15 @@ class SanaTrainer(Trainer):
 
     @contextlib.contextmanager
     def ema_weights(self) -> Iterator[None]:
-        """Forward with the EMA weights inside the block (no-op without EMA)."""
+        """Forward with the EMA weights inside the block (no-op without EMA).
+
+        The swap writes the sharded weights: FSDP2 weights still gathered by gradient-free forwards
+        (``train.fsdp_reshard_after_forward = "never"``) are freed before it and after the restore, so
+        neither the EMA forwards nor the next training forward run on a stale gathered copy."""
         if self.ema is None:
             yield
             return
+        data_parallel.reshard(self.model.transformer)
         params = dict(self.model.transformer.named_parameters())
         saved = {name: params[name].detach().clone() for name in self.ema.shadow}
         with torch.no_grad():
@@ -177,6 +182,7 @@ class SanaTrainer(Trainer):
             with torch.no_grad():
                 for name, value in saved.items():
                     params[name].copy_(value)
+            data_parallel.reshard(self.model.transformer)
 
     # ------------------------------------------------------------------ checkpoints
     def seed_step(self, step: int) -> None:

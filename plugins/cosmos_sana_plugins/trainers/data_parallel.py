@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from cosmos_sana_plugins.trainers.advantages import data_parallel_group
 
-FSDP, REPLICATE = "fsdp", "replicate"
+REPLICATE = "replicate"
 
 
 def check_placement(config: Any, placement: str) -> None:

@@ -157,10 +157,8 @@ class RLPolicies:
 
     @contextlib.contextmanager
     def evaluation_view(self) -> Iterator[Any]:
-        """The current policy with its evaluation weights (the trainer's EMA, when on; swapped into the
-        sharded weights, which are resharded again afterwards)."""
+        """The current policy with its evaluation weights (the trainer's EMA, when on), weights resharded afterwards."""
         weights = None if self._evaluation_weights is None else self._evaluation_weights()
-        self.reshard()
         try:
             with contextlib.nullcontext() if weights is None else weights():
                 yield self.model

@@ -45,7 +45,7 @@ from cosmos_sana.compat.cosmos_rl import reports_rewards
 from cosmos_sana.config.rollout import SpeedOptions
 from cosmos_sana.log import get_logger
 from cosmos_sana.payload_prompt import parse_prompt
-from cosmos_sana.rewards.ledger import shared_scheduler
+from cosmos_sana.rewards.ledger import shared_scheduler, shared_scorers
 from cosmos_sana.seeds import derive_seed
 from cosmos_sana.settings import settings_of
 from cosmos_sana.step_clock import STEP_CLOCK
@@ -118,8 +118,6 @@ class SanaRollout(RolloutBase):
             self._setup_best_of_n(options)
 
     def _setup_best_of_n(self, options: Any) -> None:
-        from cosmos_sana.rewards.ledger import shared_scorers
-
         check_preview_support(options.preview_model, self.model.current_device())
         scorers = shared_scorers(self.settings, self.registry, self.model.current_device())
         self._best_of_n = BestOfNSampler(

@@ -27,7 +27,9 @@ def cosmos_sana_rewards():
 def test_builtins_are_discovered_through_entry_points():
     registry = load_plugins()
     origins = {e.plugin for kind in registry.kinds() for e in registry.entries(kind)}
-    assert origins <= {"sana", "datasets", "rewards", "trainers", "rollout"}
+    assert origins == {"sana", "datasets", "rewards", "trainers", "rollout"}
+    (rollout,) = [e for e in registry.entries("rollout") if e.spec.name == "sana"]
+    assert rollout.plugin == "rollout" and rollout.spec.target == "cosmos_sana_plugins.rollout.rollout:SanaRollout"
     for kind in registry.kinds():
         for entry in registry.entries(kind):
             assert entry.distribution.startswith("cosmos-sana ")

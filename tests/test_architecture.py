@@ -222,6 +222,16 @@ def test_tools_stand_alone():
     assert not offenders, "\n".join(offenders)
 
 
+def test_the_rollout_plugin_depends_on_the_trainers_plugin_never_the_reverse():
+    """docs/architecture.md puts the trainer–rollout link in the trainers package for this reason."""
+    trainers, rollout = f"{PLUGINS}.trainers", f"{PLUGINS}.rollout"
+    _, imports = all_imports(ROOTS)
+    offenders = [f"{imp.where}: {imp.source} imports {imp.target}" for imp in imports
+                 if _in_package(imp.source, trainers) and _in_package(imp.target, rollout)]
+    assert not offenders, "\n".join(offenders)
+    assert any(_in_package(imp.source, rollout) and imp.target == f"{trainers}.rollout_link" for imp in imports)
+
+
 def test_every_module_is_parsed():
     """The walk sees both packages in full (an empty walk would pass the checks above)."""
     modules, imports = all_imports(ROOTS)

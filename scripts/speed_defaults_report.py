@@ -235,13 +235,16 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def compare_reference(rows: dict[int, dict[str, Any]], reference: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """The baseline launch's metrics against an earlier launch's (the keys the reference holds)."""
+    """The baseline launch's metrics against an earlier launch's (the keys the reference holds; a key
+    the launch did not log at a step it ran is listed and makes it not identical)."""
     steps = sorted((s for s in reference if int(s) in rows), key=int)
     diff = {s: {k: abs(rows[int(s)][k] - v) for k, v in reference[s].items() if k in rows[int(s)]} for s in steps}
+    missing = {s: sorted(set(reference[s]) - set(rows[int(s)])) for s in steps if set(reference[s]) - set(rows[int(s)])}
     return {
         "steps_compared": steps,
+        "metrics_missing": missing,
         "max_abs_diff_per_step": {s: max(d.values(), default=None) for s, d in diff.items()},
-        "identical": bool(steps) and all(v == 0 for d in diff.values() for v in d.values()),
+        "identical": bool(steps) and not missing and all(v == 0 for d in diff.values() for v in d.values()),
     }
 
 

@@ -67,8 +67,8 @@ def runs(tmp_path):
 
 def test_timings_rewards_and_rollout_differences(runs, tmp_path):
     off, bf16, compile_ = runs
-    reference = tmp_path / "reference.json"  # the baseline's step 1 exactly, step 2 off by 0.01
-    reference.write_text(json.dumps({"rows": {"1": {"reward/mean": -0.10, "time/ignored": 1.0},
+    reference = tmp_path / "reference.json"  # the baseline's step 1 exactly (less a metric), step 2 off by 0.01
+    reference.write_text(json.dumps({"rows": {"1": {"reward/mean": -0.10, "time/not_logged": 1.0},
                                               "2": {"reward/mean": -0.08}, "9": {"reward/mean": 0.0}}}))
     result = run_report("report", "--run", "off", str(off), "--run", "bf16", str(bf16), "--run", "compile",
                         str(compile_), "--reference", str(reference), "--json-out", str(tmp_path / "r.json"))
@@ -106,6 +106,7 @@ def test_timings_rewards_and_rollout_differences(runs, tmp_path):
     ref = report["baseline_vs_reference"]
     assert ref["steps_compared"] == ["1", "2"] and ref["identical"] is False
     assert ref["max_abs_diff_per_step"] == pytest.approx({"1": 0.0, "2": 0.01})
+    assert ref["metrics_missing"] == {"1": ["time/not_logged"]}
     assert result.stdout.splitlines()[1].startswith("bf16     exit 0 steps 4 | first step 22 s, then median 5 s")
 
 
@@ -166,5 +167,5 @@ def test_dry_run_resolves_each_configuration(tiny_image_pipeline_dir, tmp_path):
         assert config["train"]["ckpt"]["enable_checkpoint"] is False
     report = json.loads((tmp_path / "out" / "speed_defaults.json").read_text())
     assert {name: run["exit_status"] for name, run in report["runs"].items()} == {"off": 0, "all": 0}
-    assert report["baseline_vs_reference"] == {"reference": str(reference), "steps_compared": [],
+    assert report["baseline_vs_reference"] == {"reference": str(reference), "steps_compared": [], "metrics_missing": {},
                                                "max_abs_diff_per_step": {}, "identical": False}

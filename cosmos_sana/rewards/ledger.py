@@ -127,7 +127,9 @@ class RewardLedger:
 
     def take_next(self, sample_ids: Sequence[str]) -> dict[str, float]:
         """The scores of the first of a prompt's samples (``sample_ids``, in generation order) not
-        taken yet: cosmos-rl scores one completion per call in that order."""
+        taken yet: cosmos-rl scores one completion per call in that order. The id is chosen and
+        removed under one lock, so concurrent callers never share one; position matching still needs
+        each prompt's calls in order, which holds as cosmos-rl's reward threads each score whole payloads."""
         with self._lock:
             sample_id = next((s for s in sample_ids if s in self._entries), None)
             if sample_id is None:
@@ -137,11 +139,6 @@ class RewardLedger:
                 )
             entry = self._entries.pop(sample_id)
         return self._scores(sample_id, entry)
-
-    def pending(self) -> list[str]:
-        """Ids submitted and not taken yet."""
-        with self._lock:
-            return list(self._entries)
 
     def _scores(self, sample_id: str, entry: _Entry) -> dict[str, float]:
         """``{"total": …, component: …}`` of a sample taken out of the ledger (waits for its batch)."""

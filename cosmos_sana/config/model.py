@@ -41,3 +41,11 @@ class ModelOptions(StrictModel):
         "copy on every rank and averages only the LoRA gradients, once per optimizer step (no all-gather; "
         "the model must fit one GPU; refused for full-parameter training)",
     )
+    fsdp_gradient_sync: Literal["auto", "last_backward", "every_backward"] = Field(
+        default="auto",
+        description="when FSDP2 reduce-scatters gradients while a training step runs several backwards per "
+        "optimizer step: 'last_backward' only in the last one (earlier backwards accumulate unsharded "
+        "gradients: the whole trained parameters' gradient on every rank), 'every_backward' in each "
+        "(cosmos-rl's way), 'auto' = 'last_backward' for LoRA and 'every_backward' for full-parameter "
+        "training, whose unsharded gradients would be the whole model's",
+    )

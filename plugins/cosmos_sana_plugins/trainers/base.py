@@ -63,6 +63,9 @@ class SanaTrainer(Trainer):
         self.gradient_group = data_parallel.place_model(
             self.model, parallel_dims, config, self.settings.model.lora_data_parallel
         )
+        self.deferred_sync = data_parallel.deferred_sync_modules(
+            self.model.transformer, self.settings.model.fsdp_gradient_sync, self.is_lora
+        )
         self.model.set_gradient_checkpointing_enabled(config.policy.model_gradient_checkpointing)
         self.build_optimizers()
         self.lr_schedulers: Any = None
@@ -108,6 +111,14 @@ class SanaTrainer(Trainer):
     @property
     def trainable_params(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.transformer.parameters() if p.requires_grad]
+
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        """Back-propagate one micro-batch's ``loss``; ``last``: the optimizer step follows. FSDP2
+        reduce-scatters the gradients in the last backward only, earlier ones accumulate them
+        unsharded, when ``[custom.model] fsdp_gradient_sync`` defers (LoRA by default; see
+        :func:`~cosmos_sana_plugins.trainers.data_parallel.deferred_sync_modules`)."""
+        data_parallel.set_gradient_sync(self.deferred_sync, last)
+        loss.backward()
 
     def optimizer_step(
         self, inter_policy_nccl: Any = None, *, step: int | None = None, losses: dict[str, Any] | None = None

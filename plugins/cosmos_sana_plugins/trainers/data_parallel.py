@@ -3,7 +3,9 @@
 ``"fsdp"`` (default): cosmos-rl's FSDP2 sharding over the ``dp`` mesh when ``policy.parallelism``
 shards (``dp_shard_size`` > 1), with ``train.fsdp_reshard_after_forward`` honoured
 (:func:`cosmos_sana.compat.cosmos_rl.parallelize_diffusers`). Each forward all-gathers every
-sharded module's weights unless they are still gathered; the backward reduce-scatters the gradients.
+sharded module's weights unless they are still gathered; the backward reduce-scatters the gradients,
+by default only in the last backward before each optimizer step for LoRA (``[custom.model]
+fsdp_gradient_sync``, :func:`deferred_sync_modules`).
 
 ``"replicate"`` (LoRA only): every rank keeps the whole transformer, frozen base and adapters. The
 adapters are broadcast from the group's first rank once at start (so every replica starts from the
@@ -56,6 +58,40 @@ def place_model(model: Any, parallel_dims: Any, config: Any, placement: str) -> 
 
         parallelize_diffusers(model, parallel_dims, config)
     return None
+
+
+def deferred_sync_modules(transformer: torch.nn.Module, option: str, is_lora: bool) -> list[Any]:
+    """The FSDP2 modules of ``transformer`` whose gradient reduce-scatter waits for the last backward
+    before each optimizer step (``[custom.model] fsdp_gradient_sync``), or ``[]`` to reduce-scatter
+    in every backward (the option says so, or nothing is sharded).
+
+    A training step runs several backwards per optimizer step (SFT: one per micro-batch; RL: one per
+    mini-batch and trained timestep). Reduce-scattering each of them costs one collective per sharded
+    module and backward; deferred, earlier backwards accumulate full-size (unsharded) gradients on
+    every rank and the last one reduce-scatters their sum, once per module. The rank mean of the
+    summed gradients is the sum of the per-backward rank means, so the weights train the same. The
+    cost is memory: the accumulated gradients are those of every trainable parameter, unsharded, in
+    ``fsdp_reduce_dtype``.
+    For LoRA that is the adapters' (megabytes), so ``"auto"`` defers; for full-parameter training it
+    is the whole model's (6.4 GB in float32 for SANA-1600M, where two ranks shard 3.2 GB each), so
+    ``"auto"`` keeps the per-backward reduce-scatter and ``"last_backward"`` opts in.
+
+    Every backward must run through every sharded module (each is one forward of the whole
+    transformer): FSDP2 reduces a module's accumulated gradient only in a synced backward that
+    reaches it."""
+    defer = is_lora if option == "auto" else option == "last_backward"
+    if not defer:
+        return []
+    from torch.distributed.fsdp import FSDPModule
+
+    return [sub for sub in transformer.modules() if isinstance(sub, FSDPModule)]
+
+
+def set_gradient_sync(modules: list[Any], enabled: bool) -> None:
+    """Whether the next backward reduce-scatters the gradients of ``modules`` (FSDP2 modules): False
+    accumulates them unsharded, True reduce-scatters them with what earlier backwards accumulated."""
+    for module in modules:
+        module.set_requires_gradient_sync(enabled, recurse=False)
 
 
 @torch.no_grad()

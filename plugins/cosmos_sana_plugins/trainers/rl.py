@@ -9,8 +9,9 @@ cosmos-rl's colocated loop hands ``step_training`` the step's rollouts (one per 
 2. ``mu_iterations`` passes; each shuffles the samples, splits them into optimizer batches
    (``batch_size_per_optimize``) of mini-batches (``mini_batch``) and, per sample, trains on
    ``K = int(num_steps · timesteps_fraction)`` (≥ 1) steps of its own σ grid, drawn at random;
-3. gradients are the mean over the optimizer batch and the K steps; one optimizer step per
-   optimizer batch; after all of them a subclass hook (NFT: the ``old`` update).
+3. gradients are the mean over the optimizer batch and the K steps (under FSDP2 reduced over the
+   ranks in the batch's last backward only, for LoRA by default: :meth:`SanaTrainer.backward`); one
+   optimizer step per optimizer batch; after all of them a subclass hook (NFT: the ``old`` update).
 """
 
 from __future__ import annotations
@@ -222,7 +223,8 @@ class SanaRLTrainer(SanaTrainer):
                         for j in range(steps.shape[1]):
                             terms = self.loss_terms(batch, index, steps[index, j], adv[index])
                             weight = len(index) / len(opt_index) / steps.shape[1]
-                            (terms["loss"] * weight).backward()
+                            last = m + mini >= len(opt_index) and j == steps.shape[1] - 1
+                            self.backward(terms["loss"] * weight, last=last)
                             for name, value in terms.items():
                                 sums[name] = sums.get(name, 0) + value.detach() * len(index)
                             losses_seen.append(terms["loss"].detach())

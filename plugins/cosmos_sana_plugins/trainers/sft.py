@@ -51,7 +51,7 @@ class SanaSFTTrainer(SanaTrainer):
             batch = packer.sft_collate_fn(packer.slice_batch(global_batch, start, start + mini))
             latents, text = encode_items(self.model, batch["samples"])
             per_sample = flow_matching_per_sample(self.model, latents, text)
-            (per_sample.sum() / size).backward()
+            self.backward(per_sample.sum() / size, last=start + mini >= size)
             losses.append(per_sample.detach())
         grad_norm = self.optimizer_step(inter_policy_nccl, step=train_step + 1, losses={"loss": torch.cat(losses)})
         self.lr_schedulers.step()

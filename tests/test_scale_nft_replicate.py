@@ -23,9 +23,9 @@ def run(tmp_path: Path, rows: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_rows_validate_and_select_their_placement(tmp_path: Path) -> None:
-    result = run(tmp_path, "replicate")
+    result = run(tmp_path, "replicate fsdp-sync-every")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [line.split(":")[0] for line in result.stdout.splitlines()] == ["fsdp-n1", "replicate-n2"]
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == ["fsdp-n1", "replicate-n2", "fsdp-sync-every-n2"]
 
     def resolved(tag: str) -> dict:
         return tomllib.loads(next((tmp_path / tag).rglob("*.resolved.toml")).read_text())
@@ -36,10 +36,13 @@ def test_rows_validate_and_select_their_placement(tmp_path: Path) -> None:
     assert replicate["policy"]["parallelism"]["dp_shard_size"] == 2
     assert replicate["custom"]["model"]["lora_data_parallel"] == "replicate"
     assert replicate["train"]["train_batch_per_replica"] == 2 * one["train"]["train_batch_per_replica"] == 32
+    sync_every = resolved("fsdp-sync-every-n2")["custom"]["model"]
+    assert sync_every["lora_data_parallel"] == "fsdp" and sync_every["fsdp_gradient_sync"] == "every_backward"
+    assert "fsdp_gradient_sync" not in one["custom"]["model"]  # the default rows keep the default ("auto")
 
 
 def test_unknown_row_is_refused_before_anything_runs(tmp_path: Path) -> None:
     result = run(tmp_path, "replicate ddp")
     assert result.returncode == 2
-    assert "unknown row 'ddp' (rows: fsdp, fsdp-never, replicate)" in result.stderr
+    assert "unknown row 'ddp' (rows: fsdp, fsdp-never, fsdp-sync-every, replicate)" in result.stderr
     assert not list(tmp_path.glob("*-n*"))

@@ -7,7 +7,9 @@
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && bash scripts/device/scale_nft_replicate.sh
 #   DRY_RUN=1 bash scripts/device/scale_nft_replicate.sh    (CPU: validates every row's settings, launches nothing)
 # Env: ROWS (2-GPU rows, default "fsdp replicate"; "fsdp-never" adds FSDP with
-#      train.fsdp_reshard_after_forward = "never"), STEPS (8), SAVE_FREQ (1000), PER_GPU (16 samples a GPU
+#      train.fsdp_reshard_after_forward = "never"; "fsdp-sync-every" adds FSDP reduce-scattering the LoRA
+#      gradients in every backward, [custom.model] fsdp_gradient_sync = "every_backward", cosmos-rl's way,
+#      where the default "fsdp" row reduce-scatters once per optimizer step), STEPS (8), SAVE_FREQ (1000), PER_GPU (16 samples a GPU
 #      a step), TIMEOUT per run (300), WORK (/tmp/scale-replicate), DRY_RUN (0), ONE_GPU (1; 0 reuses the
 #      1-GPU run an earlier call left in WORK on the same machine). Three launches take ~8-9 minutes: within
 #      one 10-minute call run ROWS=fsdp, then ONE_GPU=0 ROWS=replicate.
@@ -25,8 +27,9 @@ placement_sets() {  # $1 = row name → the overrides that select its placement
   case $1 in
     fsdp) echo 'custom.model.lora_data_parallel="fsdp"' ;;
     fsdp-never) echo 'custom.model.lora_data_parallel="fsdp"'; echo 'train.fsdp_reshard_after_forward="never"' ;;
+    fsdp-sync-every) echo 'custom.model.lora_data_parallel="fsdp"'; echo 'custom.model.fsdp_gradient_sync="every_backward"' ;;
     replicate) echo 'custom.model.lora_data_parallel="replicate"' ;;
-    *) echo "unknown row '$1' (rows: fsdp, fsdp-never, replicate)" >&2; return 1 ;;
+    *) echo "unknown row '$1' (rows: fsdp, fsdp-never, fsdp-sync-every, replicate)" >&2; return 1 ;;
   esac
 }
 

@@ -17,8 +17,10 @@ Every problem is reported in one pass, each with its key path.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
+import io
 import re
 import tomllib
 import typing
@@ -306,7 +308,8 @@ def check_trainer(data: dict[str, Any], registry: PluginRegistry, values_ok: boo
     key = data.get("train", {}).get("train_policy", {}).get("trainer_type")
     if key is None:
         return []
-    register_all(registry)
+    with contextlib.redirect_stdout(io.StringIO()):  # cosmos-rl's model auto-discovery prints at import
+        register_all(registry)
     try:
         check_policy_worker_config(cosmos_config_class().model_validate(copy.deepcopy(data)))
     except ArithmeticError as exc:

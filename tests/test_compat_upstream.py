@@ -432,3 +432,26 @@ def test_reshard_policy_values_are_upstreams_choices():
     field = TrainingConfig.model_fields["fsdp_reshard_after_forward"]
     assert set(field.json_schema_extra["choices"]) == set(compat.RESHARD_AFTER_FORWARD)
     assert field.default == "default"
+
+
+def test_upstream_config_imports_only_pydantic_and_two_modules_when_package_bodies_wait():
+    """Why ``package_bodies_deferred`` lets ``cosmos-sana validate`` check a recipe's keys without
+    cosmos-rl's heavy imports: ``cosmos_rl.policy.config`` needs none of the package bodies, and
+    besides pydantic imports just ``cosmos_rl.utils.logging`` and ``cosmos_rl.utils.modelscope``."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\n"
+        "from cosmos_sana.compat.cosmos_rl import package_bodies_deferred\n"
+        "with package_bodies_deferred():\n"
+        "    from cosmos_rl.policy.config import Config\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('cosmos_rl', 'torch'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == [
+        "cosmos_rl", "cosmos_rl.policy", "cosmos_rl.policy.config", "cosmos_rl.utils", "cosmos_rl.utils.logging",
+        "cosmos_rl.utils.modelscope",
+    ]

@@ -27,6 +27,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cosmos_sana.compat.cosmos_rl import package_bodies_deferred
+
+    # a recipe with a wrong key or value is reported in well under a second; only a recipe that
+    # passes those checks pays for the imports of cosmos-rl's policy-worker start-up check
+    with package_bodies_deferred():
+        return _validate_all(args)
+
+
+def _validate_all(args: argparse.Namespace) -> int:
     from cosmos_sana.plugin_manager import PluginError, installed_plugins
     from cosmos_sana.validation import ConfigInvalid, validate_file
 

@@ -56,6 +56,28 @@ def cosmos_config_class() -> type:
     return Config
 
 
+@contextlib.contextmanager
+def package_bodies_deferred() -> Any:
+    """Within the block, cosmos-rl's package bodies run only when a name they define is asked for
+    (:func:`cosmos_sana.compat.autoload.defer_cosmos_rl_package_bodies`), so ``cosmos_rl.policy.config``
+    imports pydantic and two small modules instead of all of cosmos-rl (torch, transformers,
+    diffusers, every trainer and model): ``cosmos-sana validate`` reports a recipe's key and value
+    errors before paying for those imports, which only its policy-worker start-up check needs. The
+    deferral changes when imports happen, not what they do (``tests/test_compat_upstream.py``); a
+    package imported inside the block keeps its deferred body afterwards."""
+    from cosmos_sana.compat.autoload import DeferredPackageFinder
+
+    if any(isinstance(finder, DeferredPackageFinder) for finder in sys.meta_path):
+        yield  # the process already defers them (the fast start-up's launch-only processes)
+        return
+    finder = DeferredPackageFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def register_models(registry: PluginRegistry) -> None:
     """Our model adapters take over their pipeline names in ``ModelRegistry``.
 

@@ -1,0 +1,133 @@
+"""The launcher's pre-launch step (``cosmos-sana validate ... --dump``, run before every launch): wall and
+CPU time of ``DRY_RUN=1 bash launchers/launch_rl_sana-image-nft.sh`` in a caller's folder set up as
+``tests/test_launchers.py`` sets it up (a data file, a pipeline folder with its ``model_index.json``,
+a stand-in ``cosmos-rl``); prints JSON.
+
+    python bench/bench_launcher_validation.py [--repeats 3] [--before-tree DIR] [--json-out FILE]
+
+Cases: ``valid`` (the recipe as shipped: every check passes, cosmos-rl's policy-worker start-up check
+included) and ``wrong_key`` (``-- train.epcoh=2``: refused by the key checks). Variants: ``after``
+(this tree); ``before`` with ``--before-tree DIR``, a copy of an older ``cosmos_sana`` and ``plugins``
+(``git archive REV cosmos_sana plugins | tar -x -C DIR``) put first on ``PYTHONPATH``; and
+``no_startup_check``, this tree with the policy-worker start-up check left out: what the step would
+cost if that check ran in a process that imports cosmos-rl anyway (a what-if, not a launcher mode).
+Each command runs once to warm the file cache, then ``--repeats`` times, the variants interleaved so
+that a shared machine slows them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCHER = REPO / "launchers" / "launch_rl_sana-image-nft.sh"
+CASES = {"valid": (), "wrong_key": ("--", "train.epcoh=2")}
+#: the launcher's exit status per case (2: it stops with "does not validate")
+EXPECTED_STATUS = {"valid": 0, "wrong_key": 2}
+#: stands in for ``cosmos-sana`` with the policy-worker start-up check left out
+NO_STARTUP_CHECK = """#!{python}
+import sys
+import cosmos_sana.validation as validation
+validation.check_trainer = lambda *args, **kwargs: []
+from cosmos_sana.cli import main
+sys.exit(main())
+"""
+
+
+def workspace(root: Path) -> dict[str, str]:
+    """A caller's folder and the launcher's environment (as in ``tests/test_launchers.py``)."""
+    (root / "base" / "vae").mkdir(parents=True)
+    (root / "base" / "model_index.json").write_text('{"_class_name": "SanaPipeline", "vae": ["diffusers", "AutoencoderDC"]}')
+    (root / "prompts.txt").write_text("a red cube\n")
+    (root / "bin").mkdir()
+    fake = root / "bin" / "cosmos-rl"
+    fake.write_text("#!/usr/bin/env bash\nexit 0\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSMOS_") and k not in {"PYTHONPATH", "DRY_RUN"}}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+        COSMOS_RL=str(fake),
+        DATASET_PATH="prompts.txt",
+        BASE_CHECKPOINT_PATH="base",
+        NPROC_PER_NODE="2",
+        OUTPUT_ROOT="runs",
+        DRY_RUN="1",
+    )
+    return env
+
+
+def variant_envs(root: Path, env: dict[str, str], before_tree: Path | None) -> dict[str, dict[str, str]]:
+    envs = {"after": env}
+    if before_tree is not None:
+        envs["before"] = {**env, "PYTHONPATH": f"{before_tree}:{before_tree / 'plugins'}"}
+    stand_in = root / "bin" / "cosmos-sana-no-startup-check"
+    stand_in.write_text(NO_STARTUP_CHECK.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    envs["no_startup_check"] = {**env, "COSMOS_SANA": str(stand_in)}
+    return envs
+
+
+def timed(args: tuple[str, ...], env: dict[str, str], cwd: Path) -> tuple[float, float, int]:
+    """``(wall s, CPU s of the launcher and everything it ran, exit status)``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(["bash", str(LAUNCHER), *args], env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, done.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--before-tree", type=Path)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        envs = variant_envs(root, workspace(root), args.before_tree)
+        samples: dict[str, dict[str, list[tuple[float, float]]]] = {case: {v: [] for v in envs} for case in CASES}
+        for repeat in range(args.repeats + 1):  # the first round warms the file cache and is dropped
+            for case, case_args in CASES.items():
+                for variant, env in envs.items():
+                    wall, cpu, status = timed(case_args, env, root)
+                    if status != EXPECTED_STATUS[case]:
+                        raise SystemExit(f"{case}/{variant}: launcher exited {status}, expected {EXPECTED_STATUS[case]}")
+                    if repeat:
+                        samples[case][variant].append((round(wall, 2), round(cpu, 2)))
+    report = {
+        "bench": "launcher_validation",
+        "command": f"DRY_RUN=1 bash {LAUNCHER.relative_to(REPO)} [-- train.epcoh=2]",
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "cases": {
+            case: {
+                variant: {
+                    "wall_s": [w for w, _ in pairs],
+                    "cpu_s": [c for _, c in pairs],
+                    "median_wall_s": round(statistics.median(w for w, _ in pairs), 2),
+                    "median_cpu_s": round(statistics.median(c for _, c in pairs), 2),
+                }
+                for variant, pairs in by_variant.items()
+            }
+            for case, by_variant in samples.items()
+        },
+    }
+    text = json.dumps(report, indent=1)
+    if args.json_out:
+        args.json_out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

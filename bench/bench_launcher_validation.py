@@ -52,7 +52,7 @@ def workspace(root: Path) -> dict[str, str]:
     fake = root / "bin" / "cosmos-rl"
     fake.write_text("#!/usr/bin/env bash\nexit 0\n")
     fake.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COSMOS_") and k not in {"PYTHONPATH", "DRY_RUN"}}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COSMOS_") and k != "DRY_RUN"}
     env.update(
         PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
         COSMOS_RL=str(fake),
@@ -68,7 +68,9 @@ def workspace(root: Path) -> dict[str, str]:
 def variant_envs(root: Path, env: dict[str, str], before_tree: Path | None) -> dict[str, dict[str, str]]:
     envs = {"after": env}
     if before_tree is not None:
-        envs["before"] = {**env, "PYTHONPATH": f"{before_tree}:{before_tree / 'plugins'}"}
+        # first on the path; the rest of it stays (a device install puts its packages there)
+        path = os.pathsep.join(p for p in (str(before_tree), str(before_tree / "plugins"), env.get("PYTHONPATH")) if p)
+        envs["before"] = {**env, "PYTHONPATH": path}
     stand_in = root / "bin" / "cosmos-sana-no-startup-check"
     stand_in.write_text(NO_STARTUP_CHECK.format(python=sys.executable))
     stand_in.chmod(0o755)

@@ -39,7 +39,21 @@ class RedactingFormatter(logging.Formatter):
 
 
 class ProgressAwareHandler(logging.StreamHandler):
-    """Writes above an open tqdm progress bar (through ``tqdm.write``) instead of onto its line."""
+    """Writes to the current ``sys.stderr``, above an open tqdm progress bar (through ``tqdm.write``)
+    instead of onto its line.
+
+    The stream is looked up at every record, not kept from when the handler was made: a process that
+    replaces ``sys.stderr`` later (the commands' redacting wrapper, a test's capture) would otherwise
+    get our messages on the old stream, or a logging error once that stream is closed.
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ and setStream assign it; sys.stderr is used
+        pass
 
     def emit(self, record: logging.LogRecord) -> None:
         tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)

@@ -39,21 +39,25 @@ class RedactingFormatter(logging.Formatter):
 
 
 class ProgressAwareHandler(logging.StreamHandler):
-    """Writes to the current ``sys.stderr``, above an open tqdm progress bar (through ``tqdm.write``)
-    instead of onto its line.
+    """Writes to ``stream`` or, by default, the current ``sys.stderr``, above an open tqdm progress
+    bar (through ``tqdm.write``) instead of onto its line.
 
-    The stream is looked up at every record, not kept from when the handler was made: a process that
-    replaces ``sys.stderr`` later (the commands' redacting wrapper, a test's capture) would otherwise
-    get our messages on the old stream, or a logging error once that stream is closed.
+    Without a stream, ``sys.stderr`` is looked up at every record, not kept from when the handler was
+    made: a process that replaces ``sys.stderr`` later (the commands' redacting wrapper, a test's
+    capture) would otherwise get our messages on the old stream, or a logging error once it is closed.
     """
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self._stream = stream
 
     @property  # type: ignore[override]
     def stream(self) -> Any:
-        return sys.stderr
+        return sys.stderr if self._stream is None else self._stream
 
     @stream.setter
-    def stream(self, value: Any) -> None:  # StreamHandler.__init__ and setStream assign it; sys.stderr is used
-        pass
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ and setStream assign it
+        self._stream = value
 
     def emit(self, record: logging.LogRecord) -> None:
         tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)

@@ -7,7 +7,8 @@ calls cosmos-rl's worker entry with factories that build datasets, packers and
 reward functions from ``[custom]`` once the role has its config. The Controller
 role calls cosmos-rl's controller main directly instead, adding the prompt sampler
 and resume adapter of :mod:`cosmos_sana.checkpoint.controller_resume` (the worker
-entry does not forward ``resume_adapter``).
+entry does not forward ``resume_adapter``); with ``COSMOS_SANA_FAST_STARTUP=1`` it first
+runs the policy-worker start-up check the launcher's validation then leaves out.
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ def controller_kwargs(registry: PluginRegistry, config: Any) -> dict[str, Any]:
     return {**worker_entry_kwargs(registry), **controller_resume_kwargs(config)}
 
 
+def check_at_controller_start(path: str, registry: PluginRegistry) -> None:
+    """With ``COSMOS_SANA_FAST_STARTUP=1`` the launcher's ``cosmos-sana validate`` leaves out the
+    policy-worker start-up check (``--no-startup-check``), whose imports this process has already
+    paid; it runs here before the controller serves anything. A refused config raises
+    :class:`~cosmos_sana.validation.StartupCheckError`: the controller exits and cosmos-rl's launcher
+    stops the replicas it started beside it."""
+    from cosmos_sana.validation import check_at_startup
+
+    started = time.monotonic()
+    check_at_startup(path, registry)
+    logger.info("start-up check of %s passed in %.2f s", path, time.monotonic() - started)
+
+
 def main() -> Any:
     registry = installed_plugins()
     upstream.register_all(registry)
@@ -63,6 +77,8 @@ def main() -> Any:
     )
     if role == "Controller":
         args, config = upstream.controller_config()
+        if upstream.startup_patches_enabled():
+            check_at_controller_start(args.config, registry)
         return upstream.run_controller(args=args, **controller_kwargs(registry, config))
     return upstream.run_worker_entry(**worker_entry_kwargs(registry))
 

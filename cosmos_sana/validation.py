@@ -389,8 +389,12 @@ def check_package(data: dict[str, Any]) -> list[Issue]:
 # ---------------------------------------------------------------- whole file
 
 
-def validate_data(data: dict[str, Any], registry: PluginRegistry | None, paths: bool = False) -> list[Issue]:
-    """Every problem of a TOML dict; with ``paths``, also the local files it names that are missing."""
+def validate_data(
+    data: dict[str, Any], registry: PluginRegistry | None, paths: bool = False, startup_check: bool = True
+) -> list[Issue]:
+    """Every problem of a TOML dict; with ``paths``, also the local files it names that are missing.
+    ``startup_check=False`` leaves out :func:`check_trainer` (its imports take seconds), for a launch
+    whose controller runs it instead (:func:`check_at_startup`)."""
     structural = check_upstream(data)
     ours = wants_cosmos_sana(data)
     if ours:
@@ -404,18 +408,45 @@ def validate_data(data: dict[str, Any], registry: PluginRegistry | None, paths: 
     issues = [issue for issue in structural if issue.path not in ruled] + values
     if paths:
         issues.extend(check_paths(data))
-    if ours and not structural and registry is not None:
+    if ours and not structural and registry is not None and startup_check:
         trainer = check_trainer(data, registry, values_ok=not values)
         issues.extend(issue for issue in trainer if issue not in issues)
     return issues
 
 
 def validate_file(
-    path: str | Path, overrides: Iterable[str] = (), registry: PluginRegistry | None = None, paths: bool = False
+    path: str | Path,
+    overrides: Iterable[str] = (),
+    registry: PluginRegistry | None = None,
+    paths: bool = False,
+    startup_check: bool = True,
 ) -> dict:
     """Validated TOML data (overrides applied); raises :class:`ConfigInvalid` listing every problem."""
     data = load_toml(path, overrides)
-    issues = validate_data(data, registry, paths)
+    issues = validate_data(data, registry, paths, startup_check)
     if issues:
         raise ConfigInvalid(str(path), issues)
     return data
+
+
+# ---------------------------------------------------------------- at launch
+
+
+TRAINER_TYPE_KEY = "train.train_policy.trainer_type"
+
+
+class StartupCheckError(ValueError):
+    """:func:`check_trainer` refused a config a launch is starting with. The message is one line that
+    starts with the trainer-type key, so the launcher's failure report shows all of it."""
+
+
+def check_at_startup(path: str | Path, registry: PluginRegistry) -> None:
+    """:func:`check_trainer` on the recipe at ``path`` (cosmos-rl's policy-worker start-up check, then
+    the selected trainer's ``check_config``), for a process that imports cosmos-rl anyway: the
+    controller of a launch whose ``cosmos-sana validate`` left it out (``--no-startup-check``)."""
+    data = read_toml(path)
+    issues = check_trainer(data, registry)
+    if issues:
+        key = data.get("train", {}).get("train_policy", {}).get("trainer_type")
+        found = "; ".join(f"{issue.path}: {issue.message}" for issue in issues).replace("\n", " ")
+        raise StartupCheckError(f"{TRAINER_TYPE_KEY} = {key!r}: the start-up check refused the config: {found}")

@@ -23,6 +23,8 @@
 #   TOML_FILE, DATASET_KEY  the recipe (default toml/<RECIPE>.toml) and the key DATASET_PATH goes to
 #   DRY_RUN=1               validate and write the resolved config only (same as --dry-run; --dryrun is
 #                           cosmos-framework's spelling of it)
+#   COSMOS_SANA_FAST_STARTUP=1  opt-in start-up patches (README "Faster start-up, opt-in"); the policy-
+#                           worker start-up check then runs in the controller instead of before the launch
 #   COSMOS_SANA, COSMOS_RL  commands to run (default: cosmos-sana, cosmos-rl on PATH)
 
 set -euo pipefail
@@ -260,8 +262,16 @@ for kv in "${CONFIG_SETS[@]}" "${USER_OVERRIDES[@]+"${USER_OVERRIDES[@]}"}"; do
   SET_ARGS+=(--set "$kv")
 done
 
+# With the opt-in fast start-up, cosmos-rl's policy-worker start-up check (seconds of torch and
+# cosmos-rl imports) runs in the controller, which imports them anyway (cosmos_sana/bridge.py); a
+# dry run, which starts no controller, keeps it here.
+VALIDATE_ARGS=()
+if [[ ${COSMOS_SANA_FAST_STARTUP:-} == 1 && ! $DRY_RUN =~ ^(1|true|yes)$ ]]; then
+  VALIDATE_ARGS=(--no-startup-check)
+fi
+
 echo "=== $(date '+%Y-%m-%d %H:%M:%S') $LAUNCHER_NAME: recipe $TOML_FILE -> $RESOLVED_TOML" | tee -a "$LOG_FILE"
-if ! "$COSMOS_SANA" validate "$TOML_FILE" "${SET_ARGS[@]}" --dump "$RESOLVED_TOML" 2>&1 | tee -a "$LOG_FILE"; then
+if ! "$COSMOS_SANA" validate "$TOML_FILE" "${SET_ARGS[@]}" "${VALIDATE_ARGS[@]+"${VALIDATE_ARGS[@]}"}" --dump "$RESOLVED_TOML" 2>&1 | tee -a "$LOG_FILE"; then
   die "the recipe with these settings does not validate (details above and in $LOG_FILE)"
 fi
 

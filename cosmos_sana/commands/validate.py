@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip checking that local paths exist (model, data, init_from, native checkpoint), "
         "e.g. for a recipe meant for another machine",
     )
+    parser.add_argument(
+        "--no-startup-check", dest="startup_check", action="store_false",
+        help="skip only cosmos-rl's policy-worker start-up check (the trainer-type lookup, batch "
+        "divisibility) and the trainer's own check_config, which import torch and all of cosmos-rl; "
+        "the launchers pass it with COSMOS_SANA_FAST_STARTUP=1, whose controller runs that check instead",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +53,7 @@ def _validate_all(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.toml:
         try:
-            data = validate_file(path, args.overrides, registry, paths=args.paths)
+            data = validate_file(path, args.overrides, registry, paths=args.paths, startup_check=args.startup_check)
         except ConfigInvalid as exc:
             failed += 1
             print(_shown(str(exc), path, args.overrides), file=sys.stderr)

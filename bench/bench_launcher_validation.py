@@ -1,18 +1,17 @@
 """The launcher's pre-launch step (``cosmos-sana validate ... --dump``, run before every launch): wall and
-CPU time of ``DRY_RUN=1 bash launchers/launch_rl_sana-image-nft.sh`` in a caller's folder set up as
+CPU time of ``bash launchers/launch_rl_sana-image-nft.sh`` in a caller's folder set up as
 ``tests/test_launchers.py`` sets it up (a data file, a pipeline folder with its ``model_index.json``,
-a stand-in ``cosmos-rl``); prints JSON.
+a stand-in ``cosmos-rl`` that exits at once, so the time is the step's); prints JSON.
 
     python bench/bench_launcher_validation.py [--repeats 3] [--before-tree DIR] [--json-out FILE]
 
-Cases: ``valid`` (the recipe as shipped: every check passes, cosmos-rl's policy-worker start-up check
-included) and ``wrong_key`` (``-- train.epcoh=2``: refused by the key checks). Variants: ``after``
-(this tree); ``before`` with ``--before-tree DIR``, a copy of an older ``cosmos_sana`` and ``plugins``
-(``git archive REV cosmos_sana plugins | tar -x -C DIR``) put first on ``PYTHONPATH``; and
-``no_startup_check``, this tree with the policy-worker start-up check left out: what the step would
-cost if that check ran in a process that imports cosmos-rl anyway (a what-if, not a launcher mode).
-Each command runs once to warm the file cache, then ``--repeats`` times, the variants interleaved so
-that a shared machine slows them alike.
+Cases: ``valid`` (the recipe as shipped: every check passes) and ``wrong_key`` (``-- train.epcoh=2``:
+refused by the key checks). Variants: ``after`` (this tree, default start-up: cosmos-rl's policy-worker
+start-up check runs here); ``fast_startup`` (this tree with ``COSMOS_SANA_FAST_STARTUP=1``: the launcher
+passes ``--no-startup-check`` and the controller runs that check instead); ``before`` with
+``--before-tree DIR``, a copy of an older ``cosmos_sana`` and ``plugins`` (``git archive REV cosmos_sana
+plugins | tar -x -C DIR``) put first on ``PYTHONPATH``. Each command runs once to warm the file cache,
+then ``--repeats`` times, the variants interleaved so that a shared machine slows them alike.
 """
 
 from __future__ import annotations
@@ -33,14 +32,7 @@ LAUNCHER = REPO / "launchers" / "launch_rl_sana-image-nft.sh"
 CASES = {"valid": (), "wrong_key": ("--", "train.epcoh=2")}
 #: the launcher's exit status per case (2: it stops with "does not validate")
 EXPECTED_STATUS = {"valid": 0, "wrong_key": 2}
-#: stands in for ``cosmos-sana`` with the policy-worker start-up check left out
-NO_STARTUP_CHECK = """#!{python}
-import sys
-import cosmos_sana.validation as validation
-validation.check_trainer = lambda *args, **kwargs: []
-from cosmos_sana.cli import main
-sys.exit(main())
-"""
+FAST_STARTUP_FLAG = "COSMOS_SANA_FAST_STARTUP"
 
 
 def workspace(root: Path) -> dict[str, str]:
@@ -60,21 +52,16 @@ def workspace(root: Path) -> dict[str, str]:
         BASE_CHECKPOINT_PATH="base",
         NPROC_PER_NODE="2",
         OUTPUT_ROOT="runs",
-        DRY_RUN="1",
     )
     return env
 
 
-def variant_envs(root: Path, env: dict[str, str], before_tree: Path | None) -> dict[str, dict[str, str]]:
-    envs = {"after": env}
+def variant_envs(env: dict[str, str], before_tree: Path | None) -> dict[str, dict[str, str]]:
+    envs = {"after": env, "fast_startup": {**env, FAST_STARTUP_FLAG: "1"}}
     if before_tree is not None:
         # first on the path; the rest of it stays (a device install puts its packages there)
         path = os.pathsep.join(p for p in (str(before_tree), str(before_tree / "plugins"), env.get("PYTHONPATH")) if p)
         envs["before"] = {**env, "PYTHONPATH": path}
-    stand_in = root / "bin" / "cosmos-sana-no-startup-check"
-    stand_in.write_text(NO_STARTUP_CHECK.format(python=sys.executable))
-    stand_in.chmod(0o755)
-    envs["no_startup_check"] = {**env, "COSMOS_SANA": str(stand_in)}
     return envs
 
 
@@ -97,7 +84,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        envs = variant_envs(root, workspace(root), args.before_tree)
+        envs = variant_envs(workspace(root), args.before_tree)
         samples: dict[str, dict[str, list[tuple[float, float]]]] = {case: {v: [] for v in envs} for case in CASES}
         for repeat in range(args.repeats + 1):  # the first round warms the file cache and is dropped
             for case, case_args in CASES.items():
@@ -109,7 +96,7 @@ def main() -> int:
                         samples[case][variant].append((round(wall, 2), round(cpu, 2)))
     report = {
         "bench": "launcher_validation",
-        "command": f"DRY_RUN=1 bash {LAUNCHER.relative_to(REPO)} [-- train.epcoh=2]",
+        "command": f"[{FAST_STARTUP_FLAG}=1] bash {LAUNCHER.relative_to(REPO)} [-- train.epcoh=2]",
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "cases": {
             case: {

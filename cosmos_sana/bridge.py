@@ -62,7 +62,7 @@ def check_at_controller_start(path: str, registry: PluginRegistry) -> None:
 
     started = time.monotonic()
     check_at_startup(path, registry)
-    logger.info("start-up check of %s passed in %.2f s", path, time.monotonic() - started)
+    logger.info("start-up check of %s passed in %.3f s", path, time.monotonic() - started)
 
 
 def main() -> Any:

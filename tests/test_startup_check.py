@@ -57,6 +57,15 @@ def test_no_startup_check_leaves_out_only_the_start_up_check(tmp_path: Path) -> 
     assert [i.path for i in wrong_key.value.issues] == ["train.epcoh"]
 
 
+def test_validate_without_the_start_up_check_says_so(tmp_path: Path, capsys) -> None:
+    from cosmos_sana.cli import main
+
+    unknown = _recipe_overrides(tmp_path, UNKNOWN_TRAINER)  # would fail the start-up check
+    sets = [arg for kv in unknown for arg in ("--set", kv)]
+    assert main(["validate", str(TINY_NFT), *sets, "--no-path-check", "--no-startup-check"]) == 0
+    assert capsys.readouterr().out == f"{TINY_NFT}: OK (policy-worker start-up check not run)\n"
+
+
 def test_validate_help_names_the_option() -> None:
     out = subprocess.run([Path(sys.executable).parent / "cosmos-sana", "validate", "--help"],
                          capture_output=True, text=True, timeout=60)

@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launch_metrics import compare_reference, read_rows  # scripts/, this file's folder
+
 #: ``[custom.rollout.speed]`` per configuration; ``cuda_graph_max_batch`` is filled in with the
 #: rollout's forward batch (``rollout.n_generation_mini_batch`` without CFG).
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -74,23 +76,6 @@ def overrides(name: str, graph_batch: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- one launch
-
-
-def read_rows(folder: Path, problems: list[str]) -> dict[int, dict[str, Any]]:
-    """The last row logged per step in every ``metrics.jsonl`` below ``folder``; unreadable lines go to ``problems``."""
-    rows: dict[int, dict[str, Any]] = {}
-    for path in sorted(folder.rglob("metrics.jsonl")):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(f"{path}:{number}: not JSON ({exc.msg})")
-                continue
-            if isinstance(row, dict) and isinstance(row.get("step"), int):
-                rows[row["step"]] = row
-    return dict(sorted(rows.items()))
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -232,20 +217,6 @@ def compare_rewards(run: dict[str, Any], baseline: dict[str, Any]) -> dict[str, 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
     return None if num is None or not den else num / den
-
-
-def compare_reference(rows: dict[int, dict[str, Any]], reference: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """The baseline launch's metrics against an earlier launch's (the keys the reference holds; a key
-    the launch did not log at a step it ran is listed and makes it not identical)."""
-    steps = sorted((s for s in reference if int(s) in rows), key=int)
-    diff = {s: {k: abs(rows[int(s)][k] - v) for k, v in reference[s].items() if k in rows[int(s)]} for s in steps}
-    missing = {s: sorted(set(reference[s]) - set(rows[int(s)])) for s in steps if set(reference[s]) - set(rows[int(s)])}
-    return {
-        "steps_compared": steps,
-        "metrics_missing": missing,
-        "max_abs_diff_per_step": {s: max(d.values(), default=None) for s, d in diff.items()},
-        "identical": bool(steps) and not missing and all(v == 0 for d in diff.values() for v in d.values()),
-    }
 
 
 def report(runs: list[tuple[str, Path]], baseline: str, reference: Path | None) -> dict[str, Any]:

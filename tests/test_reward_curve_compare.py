@@ -1,5 +1,5 @@
 """scripts/device/resume_exact.sh RUNS=a: one launch's logged metrics compared step by step with a
-reference run's (the embedded comparison, run on hand-made metrics)."""
+reference run's (scripts/launch_metrics.py compare, which the script calls, run on hand-made metrics)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device" / "resume_ex
 REFERENCE = {"1": {"reward/mean": 0.5, "train/loss": 2.0}, "2": {"reward/mean": 0.6, "train/loss": 1.5}}
 
 
-def comparison() -> str:
-    """The Python the RUNS=a branch runs on the launch folder and the reference."""
+LAUNCH_METRICS = SCRIPT.parents[1] / "launch_metrics.py"
+
+
+def test_runs_a_compares_through_launch_metrics():
     text = SCRIPT.read_text(encoding="utf-8")
-    match = re.search(r"reward_curve\.json\" <<'PY'\n(.*?)\nPY\n", text, re.S)
-    assert match, f"{SCRIPT}: the RUNS=a comparison heredoc is gone"
-    return match.group(1)
+    assert re.search(r'RUNS:-a b\} == a .*?launch_metrics\.py compare "\$work/a"', text, re.S), (
+        f"{SCRIPT}: the RUNS=a branch no longer compares with scripts/launch_metrics.py")
 
 
 def compare(tmp_path: Path, logged: list[dict]) -> dict:
@@ -30,8 +31,8 @@ def compare(tmp_path: Path, logged: list[dict]) -> dict:
     reference = tmp_path / "reference.json"
     reference.write_text(json.dumps({"rows": REFERENCE}), encoding="utf-8")
     dest = tmp_path / "reward_curve.json"
-    subprocess.run([sys.executable, "-", str(tmp_path / "a"), str(reference), str(dest)], input=comparison(),
-                   text=True, check=True, capture_output=True)
+    subprocess.run([sys.executable, str(LAUNCH_METRICS), "compare", str(tmp_path / "a"), str(reference),
+                    "--json-out", str(dest)], text=True, check=True, capture_output=True)
     return json.loads(dest.read_text(encoding="utf-8"))
 
 

@@ -167,5 +167,5 @@ def test_dry_run_resolves_each_configuration(tiny_image_pipeline_dir, tmp_path):
         assert config["train"]["ckpt"]["enable_checkpoint"] is False
     report = json.loads((tmp_path / "out" / "speed_defaults.json").read_text())
     assert {name: run["exit_status"] for name, run in report["runs"].items()} == {"off": 0, "all": 0}
-    assert report["baseline_vs_reference"] == {"reference": str(reference), "steps_compared": [], "metrics_missing": {},
-                                               "max_abs_diff_per_step": {}, "identical": False}
+    assert report["baseline_vs_reference"] == {"reference": str(reference), "steps_compared": [], "steps_missing": ["1"],
+                                               "metrics_missing": {}, "max_abs_diff_per_step": {}, "identical": False}

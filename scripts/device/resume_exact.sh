@@ -46,26 +46,7 @@ rm -rf "$work/a" "$work/b"
 if [[ ${RUNS:-a b} == a ]]; then
   launch a 1; echo "a: exit $? after $(( $(date +%s) - t0 )) s"
   find "$work/a" \( -name "*.log" -o -name metrics.jsonl \) -print0 | tar czf "$out/logs.tgz" --null -T - 2>/dev/null
-  python - "$work/a" "${REFERENCE:?RUNS=a needs REFERENCE}" "$out/reward_curve.json" <<'PY'
-import json, pathlib, sys
-run, reference, dest = pathlib.Path(sys.argv[1]), json.load(open(sys.argv[2]))["rows"], sys.argv[3]
-rows = {}
-for f in sorted(run.rglob("metrics.jsonl")):
-    for line in f.read_text().splitlines():
-        if line.strip() and "step" in (row := json.loads(line)):
-            rows[str(row["step"])] = row
-steps = sorted((s for s in reference if s in rows), key=int)
-diff = {s: {k: abs(rows[s][k] - v) for k, v in reference[s].items() if k in rows[s]} for s in steps}
-missing = {s: sorted(set(reference[s]) - set(rows[s])) for s in steps if set(reference[s]) - set(rows[s])}
-summary = {"bench": "reward_curve", "steps_compared": steps, "steps_missing": sorted(set(reference) - set(rows), key=int),
-           "metrics_missing": missing,  # a metric the reference logged and this run did not: not identical
-           "reward_mean": {s: rows[s].get("reward/mean") for s in steps},
-           "max_abs_diff_per_step": {s: max(d.values(), default=None) for s, d in diff.items()},
-           "identical": bool(steps) and len(steps) == len(reference) and not missing
-                        and all(v == 0 for d in diff.values() for v in d.values())}
-json.dump({**summary, "metric_abs_diff": diff}, open(dest, "w"), indent=1)
-print(json.dumps(summary))
-PY
+  python scripts/launch_metrics.py compare "$work/a" "${REFERENCE:?RUNS=a needs REFERENCE}" --json-out "$out/reward_curve.json"
   exit
 fi
 ( launch a 1; echo "a: exit $? after $(( $(date +%s) - t0 )) s" ) &
@@ -87,27 +68,12 @@ find "$work/a" "$work/b" \( -name "*.log" -o -name metrics.jsonl \) -newermt "@$
   tar czf "$out/logs.tgz" --null -T - 2>/dev/null
 if [[ -z $ckpt_a || -z $ckpt_b ]]; then echo "missing final checkpoint: a=$ckpt_a b=$ckpt_b" >&2; exit 1; fi
 python scripts/compare_checkpoints.py "$ckpt_a" "$ckpt_b" >"$out/compare.json"
-python - "$work" "$kill_after" "$out/compare.json" "$out/resume_exact.json" <<'PY'
+# the resumed run's steps after the kill against the uninterrupted run's (clocks and memory left out)
+python scripts/launch_metrics.py compare "$work/b" "$work/a" --after "$kill_after" --json-out "$out/metrics.json" || exit 1
+python - "$out" <<'PY'
 import json, pathlib, sys
-work, after, compare, dest = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-def rows(run):  # last logged row per step (the resumed run logs steps after the kill again)
-    out = {}
-    for f in sorted(work.joinpath(run).rglob("metrics.jsonl")):
-        for line in f.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                if "step" in row:
-                    out[row["step"]] = row
-    return out
-a, b = rows("a"), rows("b")
-steps = sorted(s for s in a if s > after and s in b)
-def compared(key):  # every logged number except clocks and memory, which differ between any two runs
-    return not (key in ("step", "wall_time", "train/iteration_time") or key.startswith(("time/", "memory/")))
-diff = {s: {k: abs(a[s][k] - b[s][k]) for k in a[s] if compared(k) and isinstance(a[s][k], (int, float)) and k in b[s]}
-        for s in steps}
-summary = {"bench": "resume_exact", "steps_compared": steps, "metric_abs_diff": diff,
-           "metrics_identical": all(v == 0 for d in diff.values() for v in d.values()),
-           "checkpoints": json.load(open(compare))}
-json.dump(summary, open(dest, "w"), indent=1)
-print(json.dumps({k: v for k, v in summary.items() if k != "checkpoints"}))
+out = pathlib.Path(sys.argv[1])
+summary = {"bench": "resume_exact", **json.loads((out / "metrics.json").read_text()),
+           "checkpoints": json.loads((out / "compare.json").read_text())}
+(out / "resume_exact.json").write_text(json.dumps(summary, indent=1))
 PY

@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launch_metrics import compare_reference, read_rows  # scripts/, this file's folder
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_metrics, beside this file, also when imported
+from launch_metrics import compare_reference, read_rows  # noqa: E402
 
 #: ``[custom.rollout.speed]`` per configuration; ``cuda_graph_max_batch`` is filled in with the
 #: rollout's forward batch (``rollout.n_generation_mini_batch`` without CFG).

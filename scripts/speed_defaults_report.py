@@ -32,15 +32,22 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch_metrics, beside this file, also when imported
 from launch_metrics import compare_reference, read_rows  # noqa: E402
 
-#: ``[custom.rollout.speed]`` per configuration; ``cuda_graph_max_batch`` is filled in with the
-#: rollout's forward batch (``rollout.n_generation_mini_batch`` without CFG).
+#: ``[custom.rollout.speed]`` per configuration, as changes from :data:`FEATURES_OFF`;
+#: ``cuda_graph_max_batch`` is filled in with the rollout's forward batch (``rollout.n_generation_mini_batch``
+#: without CFG). ``recipe`` is what the shipped 1600M recipes enable (toml/sana-image-nft.toml).
 CONFIGS: dict[str, dict[str, Any]] = {
     "off": {},
     "bf16": {"linear_attention": "bf16"},
     "text_kv": {"cache_text_kv": True},
     "compile": {"compile_blocks": True},
     "graphs": {"cuda_graph_max_batch": None},
+    "recipe": {"linear_attention": "bf16", "cache_text_kv": True, "compile_blocks": True},
     "all": {"linear_attention": "bf16", "cache_text_kv": True, "compile_blocks": True, "cuda_graph_max_batch": None},
+}
+#: every feature a configuration can switch, off: each launch sets all of them, so that what a recipe
+#: ships in ``[custom.rollout.speed]`` does not leak into a configuration (``off`` really is off)
+FEATURES_OFF: dict[str, Any] = {
+    "linear_attention": "fp32", "cache_text_kv": False, "compile_blocks": False, "cuda_graph_max_batch": 0
 }
 #: relative (Frobenius) error allowed between a configuration's first-step latents and the baseline's:
 #: the bound documented for the bf16 linear attention against fp32 maths (``BF16_TOLERANCE`` in
@@ -70,9 +77,10 @@ def overrides(name: str, graph_batch: int) -> list[str]:
         raise ValueError(f"unknown configuration {name!r}; one of {', '.join(CONFIGS)}")
     if graph_batch < 1:
         raise ValueError(f"--graph-batch must be at least 1, not {graph_batch}")
+    settings = {**FEATURES_OFF, **CONFIGS[name]}
     return [
         f"custom.rollout.speed.{key}={toml_value(graph_batch if value is None else value)}"
-        for key, value in CONFIGS[name].items()
+        for key, value in settings.items()
     ]
 
 

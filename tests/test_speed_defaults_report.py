@@ -140,7 +140,13 @@ def test_bad_arguments_are_named(runs, tmp_path):
 
 
 def test_overrides_per_configuration():
-    assert run_report("overrides", "off", "--graph-batch", "4").stdout == ""
+    # every feature is set in every configuration, so a recipe's own [custom.rollout.speed] cannot leak in
+    assert run_report("overrides", "off", "--graph-batch", "4").stdout.splitlines() == [
+        'custom.rollout.speed.linear_attention="fp32"', "custom.rollout.speed.cache_text_kv=false",
+        "custom.rollout.speed.compile_blocks=false", "custom.rollout.speed.cuda_graph_max_batch=0"]
+    assert run_report("overrides", "recipe", "--graph-batch", "4").stdout.splitlines() == [
+        'custom.rollout.speed.linear_attention="bf16"', "custom.rollout.speed.cache_text_kv=true",
+        "custom.rollout.speed.compile_blocks=true", "custom.rollout.speed.cuda_graph_max_batch=0"]
     assert run_report("overrides", "all", "--graph-batch", "4").stdout.splitlines() == [
         'custom.rollout.speed.linear_attention="bf16"', "custom.rollout.speed.cache_text_kv=true",
         "custom.rollout.speed.compile_blocks=true", "custom.rollout.speed.cuda_graph_max_batch=4"]
@@ -158,7 +164,8 @@ def test_dry_run_resolves_each_configuration(tiny_image_pipeline_dir, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     resolved = {name: tomllib.loads((tmp_path / name / "sana-image-nft" / "sana-image-nft.resolved.toml").read_text())
                 for name in ("off", "all")}
-    assert "speed" not in resolved["off"]["custom"]["rollout"]
+    assert resolved["off"]["custom"]["rollout"]["speed"] == {
+        "linear_attention": "fp32", "cache_text_kv": False, "compile_blocks": False, "cuda_graph_max_batch": 0}
     assert resolved["all"]["custom"]["rollout"]["speed"] == {
         "linear_attention": "bf16", "cache_text_kv": True, "compile_blocks": True, "cuda_graph_max_batch": 4}
     for config in resolved.values():

@@ -3,8 +3,10 @@
 # configuration, all with the same seed, side by side on one GPU (each with its own ports):
 #   off      none (the baseline)             compile  compile_blocks = true
 #   bf16     linear_attention = "bf16"       graphs   cuda_graph_max_batch = 4 (the rollout's forward batch)
-#   text_kv  cache_text_kv = true            all      the four together
-# Each is launchers/launch_rl_sana-image-nft.sh on SANA-600M shapes (make-tiny --preset sana-600m, bf16),
+#   text_kv  cache_text_kv = true            recipe   bf16 + text_kv + compile (what the 1600M recipes ship)
+#                                            all      the four together
+# Every launch sets all four (off ones off), whatever the recipe ships in [custom.rollout.speed].
+# Each is launchers/launch_rl_$RECIPE.sh (default sana-image-nft) on SANA-600M shapes (make-tiny --preset sana-600m, bf16),
 # SIZE², 2 prompts x 4 images a step, jpeg_compressibility, builtin:demo prompts: the settings of
 # resume_exact.sh, so the "off" launch is also compared with REFERENCE, an earlier launch's metrics.
 # COSMOS_SANA_ROLLOUT_DUMP makes every launch save its first step's rollouts (latents, images, seeds);
@@ -16,19 +18,24 @@
 # timed steps overlapped (SERIAL=1 runs them one after another instead, for uncontended times, at
 # about N times the wall time). Summary: $OUT/speed_defaults.json; logs: $OUT/logs.tgz.
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && bash scripts/device/speed_defaults.sh
-# Env: CONFIGS ("off bf16 text_kv compile graphs all"; "off" is needed as the baseline), STEPS (4),
+# Env: CONFIGS ("off bf16 text_kv compile graphs all"; also "recipe"; "off" is needed as the baseline), STEPS (4),
 #      SIZE (256), BUDGET (540: seconds from this script's start, model build included, by which every
 #      launch has been stopped and the report written), TIMEOUT (a shorter limit per launch), PRESET
 #      (sana-600m), MODEL (a pipeline folder instead of make-tiny), WORK (/tmp/speed-defaults),
 #      REFERENCE (default when SIZE is 256: bench/results/2026-12-01-h200-nft-600m-256-reference-metrics.json,
 #      made with STEPS=6 and checkpoints every 3 steps; "none" skips it), SERIAL=1, GPUS ("0"; e.g. "0 1"
 #      on a 2-GPU host deals the launches out round-robin), DRY_RUN=1 (each launcher validates its
-#      configuration and writes it, nothing runs; needs MODEL).
+#      configuration and writes it, nothing runs; needs MODEL), RECIPE (sana-image-nft: the RL recipe whose
+#      launcher, launchers/launch_rl_$RECIPE.sh, runs; the default REFERENCE is for sana-image-nft only),
+#      PORT_BASE (0; another instance beside this one on the same host needs its own, e.g. 10).
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/speed-defaults}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
 t0=$(date +%s)
 steps=${STEPS:-4}; size=${SIZE:-256}; budget=${BUDGET:-540}; dry=${DRY_RUN:-0}
+recipe=${RECIPE:-sana-image-nft}; port_base=${PORT_BASE:-0}
+launcher=launchers/launch_rl_$recipe.sh
+[[ -f $launcher ]] || { echo "RECIPE $recipe: no launcher $launcher" >&2; exit 2; }
 per_prompt=4  # rollout.n_generation = n_generation_mini_batch: the batch of every rollout forward (no CFG)
 report=scripts/speed_defaults_report.py
 read -ra configs <<<"${CONFIGS:-off bf16 text_kv compile graphs all}"
@@ -38,7 +45,7 @@ for name in "${configs[@]}"; do  # unknown names fail here, before any launch
 done
 [[ " ${configs[*]} " == *" off "* ]] || { echo "CONFIGS must include off (the baseline)" >&2; exit 2; }
 reference=${REFERENCE:-}
-[[ -z $reference && $size == 256 ]] && reference=bench/results/2026-12-01-h200-nft-600m-256-reference-metrics.json
+[[ -z $reference && $size == 256 && $recipe == sana-image-nft ]] && reference=bench/results/2026-12-01-h200-nft-600m-256-reference-metrics.json
 [[ $reference == none || ! -f $reference ]] && reference=""
 
 model=${MODEL:-$work/model}
@@ -67,15 +74,15 @@ launch() {  # $1 = configuration, $2 = port offset; outputs, dump, exit status a
     TORCHINDUCTOR_CACHE_DIR=$dir/inductor-cache TRITON_CACHE_DIR=$dir/triton-cache \
     DRY_RUN=$dry COSMOS_SANA_ROLLOUT_DUMP=$dir/rollout-dump NPROC_PER_NODE=1 DATASET_PATH=builtin:demo \
     BASE_CHECKPOINT_PATH=$model OUTPUT_ROOT=$dir MASTER_PORT=$((8400 + offset)) RDZV_PORT=$((29700 + offset)) \
-    timeout -k 20 -s INT "$limit" bash launchers/launch_rl_sana-image-nft.sh -- \
+    timeout -k 20 -s INT "$limit" bash "$launcher" -- \
     "redis=\"$((13400 + offset))\"" "${overrides[@]}" "${speed[@]}" >"$dir/launch.log" 2>&1 || status=$?
   echo "$status" >"$dir/exit_status"; echo $(( $(date +%s) - t )) >"$dir/wall_s"
   echo "$name: exit $status after $(( $(date +%s) - t )) s (${speed[*]:-no speed feature})"
 }
 offset=0
 for name in "${configs[@]}"; do
-  offset=$(( offset + 1 ))
-  if [[ ${SERIAL:-0} == 1 ]]; then launch "$name" "$offset"; else launch "$name" "$offset" & fi
+  offset=$(( offset + 1 ))  # ports: PORT_BASE + the configuration's position
+  if [[ ${SERIAL:-0} == 1 ]]; then launch "$name" "$((port_base + offset))"; else launch "$name" "$((port_base + offset))" & fi
 done
 wait
 runs=()

@@ -6,9 +6,11 @@ a stand-in ``cosmos-rl`` that exits at once, so the time is the step's); prints 
     python bench/bench_launcher_validation.py [--repeats 3] [--before-tree DIR] [--json-out FILE]
 
 Cases: ``valid`` (the recipe as shipped: every check passes) and ``wrong_key`` (``-- train.epcoh=2``:
-refused by the key checks). Variants: ``after`` (this tree, default start-up: cosmos-rl's policy-worker
-start-up check runs here); ``fast_startup`` (this tree with ``COSMOS_SANA_FAST_STARTUP=1``: the launcher
-passes ``--no-startup-check`` and the controller runs that check instead); ``before`` with
+refused by the key checks). Variants, each setting the flag explicitly so that an inherited value cannot
+change a side: ``after`` (this tree with ``COSMOS_SANA_FAST_STARTUP=0``, cosmos-rl's own start-up:
+cosmos-rl's policy-worker start-up check runs here); ``fast_startup`` (this tree with
+``COSMOS_SANA_FAST_STARTUP=1``, the default: the launcher passes ``--no-startup-check`` and the
+controller runs that check instead); ``before`` with
 ``--before-tree DIR``, a copy of an older ``cosmos_sana`` and ``plugins`` (``git archive REV cosmos_sana
 plugins | tar -x -C DIR``) put first on ``PYTHONPATH``. Each command runs once to warm the file cache,
 then ``--repeats`` times, the variants interleaved so that a shared machine slows them alike.
@@ -57,7 +59,7 @@ def workspace(root: Path) -> dict[str, str]:
 
 
 def variant_envs(env: dict[str, str], before_tree: Path | None) -> dict[str, dict[str, str]]:
-    envs = {"after": env, "fast_startup": {**env, FAST_STARTUP_FLAG: "1"}}
+    envs = {"after": {**env, FAST_STARTUP_FLAG: "0"}, "fast_startup": {**env, FAST_STARTUP_FLAG: "1"}}
     if before_tree is not None:
         # first on the path; the rest of it stays (a device install puts its packages there)
         path = os.pathsep.join(p for p in (str(before_tree), str(before_tree / "plugins"), env.get("PYTHONPATH")) if p)
@@ -96,7 +98,7 @@ def main() -> int:
                         samples[case][variant].append((round(wall, 2), round(cpu, 2)))
     report = {
         "bench": "launcher_validation",
-        "command": f"[{FAST_STARTUP_FLAG}=1] bash {LAUNCHER.relative_to(REPO)} [-- train.epcoh=2]",
+        "command": f"{FAST_STARTUP_FLAG}=0|1 bash {LAUNCHER.relative_to(REPO)} [-- train.epcoh=2]",
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "cases": {
             case: {

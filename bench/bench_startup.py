@@ -7,19 +7,19 @@
 ``imports`` (runs anywhere, CPU included): each of the four processes of a launch, started in a fresh
 interpreter the way cosmos-rl starts it, with our recipe, timed until it has imported what it needs:
 the launcher and the torchrun wrapper until their ``--help`` (printed after their imports), the
-controller and a policy worker until the bridge logs that it is active. Each is run as by default
-(``before``: cosmos-rl's own start-up) and with ``COSMOS_SANA_FAST_STARTUP=1`` (``after``: cosmos-sana's
-opt-in start-up patches), the two interleaved so a shared machine slows both alike; the JSON has
-every sample and the medians.
+controller and a policy worker until the bridge logs that it is active. Each is run with
+``COSMOS_SANA_FAST_STARTUP=0`` (``before``: cosmos-rl's own start-up) and with ``=1`` (``after``: the
+default, cosmos-sana's start-up patches; set explicitly so an inherited value cannot change a side), the
+two interleaved so a shared machine slows both alike; the JSON has every sample and the medians.
 
 ``launch`` (the GPU machine): runs the command with ``PYTHONUNBUFFERED=1`` (so every process's lines
 arrive when written), writes each output line to ``DIR/startup.log`` prefixed with the seconds since
 the command started, and reports when each start-up milestone was first seen, the phases between
 them, the end of the run (shutdown after the last step), and the longest silences with the line that
 ended each (an unexplained pause shows up there). With ``--compare`` it runs the command twice,
-first with ``COSMOS_SANA_FAST_STARTUP=0`` (``before``: the default, cosmos-rl's own start-up and
-shutdown) in ``DIR/before``, then with ``COSMOS_SANA_FAST_STARTUP=1`` (``after``: cosmos-sana's
-opt-in start-up patches) in ``DIR/after``, and adds the difference of each phase;
+first with ``COSMOS_SANA_FAST_STARTUP=0`` (``before``: cosmos-rl's own start-up and shutdown) in
+``DIR/before``, then with ``COSMOS_SANA_FAST_STARTUP=1`` (``after``: the default, cosmos-sana's start-up
+patches) in ``DIR/after``, and adds the difference of each phase;
 ``{mode}`` in the command becomes ``before`` / ``after`` (e.g. a recipe per run, so that the second
 launch does not resume the first one's checkpoints).
 ``parse`` reports the same from such a log.
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     launch = sub.add_parser("launch", help="run a launch command and split its start-up")
     launch.add_argument("--log-dir", type=Path, required=True)
     launch.add_argument(
-        "--compare", action="store_true", help="run it by default (before), then with COSMOS_SANA_FAST_STARTUP=1 (after)"
+        "--compare", action="store_true", help="run it with COSMOS_SANA_FAST_STARTUP=0 (before), then =1, the default (after)"
     )
     launch.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command, e.g. cosmos-rl --config X.toml")
     parse = sub.add_parser("parse", help="split the start-up of a log written by 'launch'")

@@ -7,7 +7,7 @@ calls cosmos-rl's worker entry with factories that build datasets, packers and
 reward functions from ``[custom]`` once the role has its config. The Controller
 role calls cosmos-rl's controller main directly instead, adding the prompt sampler
 and resume adapter of :mod:`cosmos_sana.checkpoint.controller_resume` (the worker
-entry does not forward ``resume_adapter``); with ``COSMOS_SANA_FAST_STARTUP=1`` it first
+entry does not forward ``resume_adapter``); unless ``COSMOS_SANA_FAST_STARTUP=0`` it first
 runs the policy-worker start-up check the launcher's validation then leaves out.
 """
 
@@ -53,7 +53,7 @@ def controller_kwargs(registry: PluginRegistry, config: Any) -> dict[str, Any]:
 
 
 def check_at_controller_start(path: str, registry: PluginRegistry) -> None:
-    """With ``COSMOS_SANA_FAST_STARTUP=1`` the launcher's ``cosmos-sana validate`` leaves out the
+    """Unless ``COSMOS_SANA_FAST_STARTUP=0``, the launcher's ``cosmos-sana validate`` leaves out the
     policy-worker start-up check (``--no-startup-check``), whose imports this process has already
     paid; it runs here before the controller serves anything. A refused config raises
     :class:`~cosmos_sana.validation.StartupCheckError`: the controller exits and cosmos-rl's launcher

@@ -23,8 +23,9 @@
 #   TOML_FILE, DATASET_KEY  the recipe (default toml/<RECIPE>.toml) and the key DATASET_PATH goes to
 #   DRY_RUN=1               validate and write the resolved config only (same as --dry-run; --dryrun is
 #                           cosmos-framework's spelling of it)
-#   COSMOS_SANA_FAST_STARTUP=1  opt-in start-up patches (README "Faster start-up, opt-in"); the policy-
-#                           worker start-up check then runs in the controller instead of before the launch
+#   COSMOS_SANA_FAST_STARTUP  unset or 1: cosmos-sana's start-up patches (the default, README "Fast start-up");
+#                           the policy-worker start-up check then runs in the controller instead of before
+#                           the launch. 0: cosmos-rl's own start-up and shutdown. Any other value is refused.
 #   COSMOS_SANA, COSMOS_RL  commands to run (default: cosmos-sana, cosmos-rl on PATH)
 
 set -euo pipefail
@@ -183,6 +184,11 @@ for var in NPROC_PER_NODE NNODES NODE_RANK MASTER_PORT RDZV_PORT; do
 done
 ((NPROC_PER_NODE >= 1 && NNODES >= 1)) || die "NPROC_PER_NODE and NNODES must be at least 1"
 ((NODE_RANK < NNODES)) || die "NODE_RANK=$NODE_RANK must be below NNODES=$NNODES"
+# the same values cosmos_sana.compat.autoload.fast_startup accepts (empty counts as unset)
+case ${COSMOS_SANA_FAST_STARTUP:-} in
+  "" | 0 | 1) ;;
+  *) die "COSMOS_SANA_FAST_STARTUP=$COSMOS_SANA_FAST_STARTUP: use 0 (cosmos-rl's own start-up and shutdown) or 1 (cosmos-sana's start-up patches, also what unset means)" ;;
+esac
 
 TOML_FILE=$(abspath "$TOML_FILE")
 DATASET_PATH=$(abspath "${DATASET_PATH:?the recipe launcher must default DATASET_PATH}")
@@ -262,11 +268,11 @@ for kv in "${CONFIG_SETS[@]}" "${USER_OVERRIDES[@]+"${USER_OVERRIDES[@]}"}"; do
   SET_ARGS+=(--set "$kv")
 done
 
-# With the opt-in fast start-up, cosmos-rl's policy-worker start-up check (seconds of torch and
-# cosmos-rl imports) runs in the controller, which imports them anyway (cosmos_sana/bridge.py); a
-# dry run, which starts no controller, keeps it here.
+# With the fast start-up (the default; COSMOS_SANA_FAST_STARTUP=0 switches it off), cosmos-rl's
+# policy-worker start-up check (seconds of torch and cosmos-rl imports) runs in the controller, which
+# imports them anyway (cosmos_sana/bridge.py); a dry run, which starts no controller, keeps it here.
 VALIDATE_ARGS=()
-if [[ ${COSMOS_SANA_FAST_STARTUP:-} == 1 && ! $DRY_RUN =~ ^(1|true|yes)$ ]]; then
+if [[ ${COSMOS_SANA_FAST_STARTUP:-} != 0 && ! $DRY_RUN =~ ^(1|true|yes)$ ]]; then
   VALIDATE_ARGS=(--no-startup-check)
 fi
 

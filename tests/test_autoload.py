@@ -29,7 +29,11 @@ def recipes(tmp_path: Path) -> dict[str, Path]:
 def test_launcher_flags_children_only_for_our_recipes(recipes):
     env: dict[str, str] = {}
     argv = [sys.executable, "/venv/bin/cosmos-rl", "--config", str(recipes["ours"])]
-    assert autoload.activate(argv, env) == "launcher-flagged"
+    before = list(sys.meta_path)
+    try:
+        assert autoload.activate(argv, env) == "launcher-flagged"
+    finally:
+        sys.meta_path[:] = before  # the default start-up patches install import hooks in this process
     assert env[autoload.ENV_FLAG] == "1"
 
     env = {}

@@ -28,8 +28,8 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def _flagged_worker_env(**extra: str) -> dict[str, str]:
-    """A worker of our recipe's launch with the start-up patches opted in."""
-    return _clean_env(COSMOS_ROLE="Policy", **{autoload.ENV_FLAG: "1", autoload.FAST_STARTUP_FLAG: "1"}, **extra)
+    """A worker of our recipe's launch with the default start-up (the patches on)."""
+    return _clean_env(COSMOS_ROLE="Policy", **{autoload.ENV_FLAG: "1"}, **extra)
 
 
 @pytest.fixture
@@ -53,33 +53,78 @@ def _startup_finders() -> list[type]:
     return [type(finder) for finder in sys.meta_path if isinstance(finder, STARTUP_FINDERS)]
 
 
-def test_launch_only_processes_defer_the_package_bodies_when_opted_in(ours: Path, restore_meta_path) -> None:
+def test_launch_only_processes_defer_the_package_bodies_unless_switched_off(ours: Path, restore_meta_path) -> None:
     launcher = [sys.executable, "/venv/bin/cosmos-rl", "--config", str(ours)]
     wrapper = [sys.executable, "-m", autoload.TORCHRUN_WRAPPER_MODULE, "--nproc-per-node=1", "-m", "x"]
-    fast = {autoload.FAST_STARTUP_FLAG: "1"}
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, STARTUP_FINDERS)]
-    assert autoload.activate(launcher, dict(fast)) == "launcher-flagged"
-    assert _startup_finders() == [autoload.PostImportPatchFinder, autoload.DeferredPackageFinder]
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, STARTUP_FINDERS)]
     worker = {"COSMOS_ROLE": "Policy", autoload.ENV_FLAG: "1"}
-    assert autoload.activate(wrapper, {**worker, **fast}) == "deferred-package-bodies"
-    assert _startup_finders() == [autoload.DeferredPackageFinder]
+    # by default (unset, empty) and with 1 the patches are on
+    for fast in ({}, {autoload.FAST_STARTUP_FLAG: ""}, {autoload.FAST_STARTUP_FLAG: "1"}):
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, STARTUP_FINDERS)]
+        assert autoload.activate(launcher, dict(fast)) == "launcher-flagged"
+        assert _startup_finders() == [autoload.PostImportPatchFinder, autoload.DeferredPackageFinder]
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, STARTUP_FINDERS)]
+        assert autoload.activate(wrapper, {**worker, **fast}) == "deferred-package-bodies"
+        assert _startup_finders() == [autoload.DeferredPackageFinder]
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, STARTUP_FINDERS)]
-    # by default (or any value but 1), and for a recipe that is not ours, upstream's start-up is untouched
-    for off in ({}, {autoload.FAST_STARTUP_FLAG: "0"}, {autoload.FAST_STARTUP_FLAG: "true"}):
-        assert autoload.activate(wrapper, {**worker, **off}) == "inactive"
-        assert autoload.activate(launcher, dict(off)) == "launcher-flagged"
-        assert _startup_finders() == []
-    assert autoload.activate(wrapper, {"COSMOS_ROLE": "Policy", **fast}) == "inactive"
+    # with 0, and for a process that is not a worker of our recipe, upstream's start-up is untouched
+    off = {autoload.FAST_STARTUP_FLAG: "0"}
+    assert autoload.activate(wrapper, {**worker, **off}) == "inactive"
+    assert autoload.activate(launcher, dict(off)) == "launcher-flagged"
+    assert _startup_finders() == []
+    assert autoload.activate(wrapper, {"COSMOS_ROLE": "Policy"}) == "inactive"
+    assert _startup_finders() == []
 
 
-@pytest.mark.parametrize(("value", "enabled"), [(None, False), ("0", False), ("", False), ("1", True)])
-def test_the_shutdown_patch_is_applied_only_when_opted_in(monkeypatch, value: str | None, enabled: bool) -> None:
+@pytest.mark.parametrize("value", ["true", "yes", "2", " 1", "off"])
+def test_a_launch_only_process_refuses_any_other_value_of_the_flag(ours: Path, restore_meta_path, monkeypatch,
+                                                                   value: str) -> None:
+    """In the launcher and the torchrun wrapper the check runs at interpreter start, where it stops the
+    process with a message (here recorded instead of exiting) rather than picking a side."""
+    refused: list[str] = []
+
+    def record(message: str) -> None:
+        refused.append(message)
+        raise SystemExit(2)
+
+    monkeypatch.setattr(autoload, "_refuse", record)
+    bad = {autoload.FAST_STARTUP_FLAG: value}
+    launcher = [sys.executable, "/venv/bin/cosmos-rl", "--config", str(ours)]
+    wrapper = [sys.executable, "-m", autoload.TORCHRUN_WRAPPER_MODULE, "--nproc-per-node=1", "-m", "x"]
+    env = dict(bad)
+    with pytest.raises(SystemExit):
+        autoload.activate(launcher, env)
+    assert autoload.ENV_FLAG not in env  # refused before flagging any child
+    with pytest.raises(SystemExit):
+        autoload.activate(wrapper, {"COSMOS_ROLE": "Policy", autoload.ENV_FLAG: "1", **bad})
+    expected = (f"cosmos-sana: COSMOS_SANA_FAST_STARTUP={value!r}: use 0 (cosmos-rl's own start-up and shutdown) "
+                "or 1 (cosmos-sana's start-up patches, also what unset means)\n")
+    assert refused == [expected, expected]
+    assert _startup_finders() == []
+
+
+def test_the_cosmos_rl_command_with_a_bad_flag_stops_before_starting_anything(ours: Path) -> None:
+    """The real ``cosmos-rl`` entry (the autoload runs from its ``.pth``): status 2, the message, no usage text."""
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "cosmos-rl"), "--config", str(ours), "--help"],
+        env=_clean_env(**{autoload.FAST_STARTUP_FLAG: "true"}), capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "COSMOS_SANA_FAST_STARTUP='true': use 0" in out.stderr and "usage:" not in out.stdout
+
+
+@pytest.mark.parametrize(("value", "enabled"), [(None, True), ("", True), ("1", True), ("0", False)])
+def test_the_shutdown_patch_is_applied_unless_switched_off(monkeypatch, value: str | None, enabled: bool) -> None:
     if value is None:
         monkeypatch.delenv(autoload.FAST_STARTUP_FLAG, raising=False)
     else:
         monkeypatch.setenv(autoload.FAST_STARTUP_FLAG, value)
     assert compat.startup_patches_enabled() is enabled
+
+
+def test_a_worker_with_a_bad_flag_raises_naming_it(monkeypatch) -> None:
+    monkeypatch.setenv(autoload.FAST_STARTUP_FLAG, "on")
+    with pytest.raises(ValueError, match=r"^COSMOS_SANA_FAST_STARTUP='on': use 0 .* or 1 "):
+        compat.startup_patches_enabled()
 
 
 PROBE = """
@@ -138,7 +183,7 @@ def test_launcher_arguments_are_the_same_with_deferred_bodies(ours: Path) -> Non
         assert out.returncode == 0, out.stderr[-3000:]
         return out.stdout
 
-    deferred, eager = help_text(**{autoload.FAST_STARTUP_FLAG: "1"}), help_text()
+    deferred, eager = help_text(), help_text(**{autoload.FAST_STARTUP_FLAG: "0"})
     assert "Auto-discovering" in eager and "Auto-discovering" not in deferred  # no model discovery here
     assert deferred.startswith("usage: ") and "--config" in deferred and "--log-dir" in deferred
     assert eager[eager.index("usage: "):] == deferred
@@ -318,8 +363,8 @@ def test_bench_launch_stamps_each_line(tmp_path: Path) -> None:
     assert [line.split(" | ", 1)[1] for line in lines] == ["Using rollout backend: x", "end"]
 
 
-def test_bench_compare_runs_the_default_start_up_first_then_the_opt_in(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("COSMOS_SANA_FAST_STARTUP", "1")  # an inherited opt-in must not leak into "before"
+def test_bench_compare_runs_cosmos_rl_s_start_up_first_then_the_default(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COSMOS_SANA_FAST_STARTUP", "1")  # an inherited value must not leak into "before"
     script = (
         "import os, sys, time; fast = os.environ.get('COSMOS_SANA_FAST_STARTUP') == '1'; "
         "time.sleep(0.1 if fast else 0.6); print('Using rollout backend: ' + sys.argv[1])"
@@ -421,7 +466,7 @@ def test_the_cosmos_rl_command_gets_the_patched_wait(ours: Path) -> None:
         "print(json.dumps([getattr(launch_all.wait_for_url_ready, '_cosmos_sana_patch', False), "
         "'cosmos_rl.policy.model' in sys.modules]))"
     )
-    for extra, expected in (({}, [False, True]), ({autoload.FAST_STARTUP_FLAG: "1"}, [True, False])):
+    for extra, expected in (({autoload.FAST_STARTUP_FLAG: "0"}, [False, True]), ({}, [True, False])):
         out = subprocess.run([sys.executable, "-c", probe], env=_clean_env(**extra), capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         lines = out.stdout.strip().splitlines()
@@ -432,7 +477,7 @@ def test_the_cosmos_rl_command_gets_the_patched_wait(ours: Path) -> None:
 def test_cpu_launch_configures_the_worker_with_the_replica_started_beside_the_controller(
     tiny_image_pipeline_dir: Path, tmp_path: Path
 ) -> None:
-    """A real ``cosmos-rl --config`` launch of a tiny recipe with ``COSMOS_SANA_FAST_STARTUP=1`` (a fake
+    """A real ``cosmos-rl --config`` launch of a tiny recipe with the default start-up patches (a fake
     ``nvidia-smi`` lets the launcher start): the replica starts before the controller answers, the worker
     still gets its configuration from the controller, and the launch ends only at NCCL set-up, which needs
     a GPU."""
@@ -443,9 +488,7 @@ def test_cpu_launch_configures_the_worker_with_the_replica_started_beside_the_co
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 0\n")
     (bin_dir / "nvidia-smi").chmod(0o755)
     venv_bin = Path(sys.executable).parent
-    env = _clean_env(
-        PATH=f"{bin_dir}:{venv_bin}:{os.environ['PATH']}", PYTHONUNBUFFERED="1", **{autoload.FAST_STARTUP_FLAG: "1"}
-    )
+    env = _clean_env(PATH=f"{bin_dir}:{venv_bin}:{os.environ['PATH']}", PYTHONUNBUFFERED="1")
     recipe = Path(__file__).resolve().parents[1] / "toml" / "tiny" / "sana-image-nft.toml"
     subprocess.run(
         [str(venv_bin / "cosmos-sana"), "validate", str(recipe), "--set", f"policy.model_name_or_path={tiny_image_pipeline_dir}",

@@ -1,6 +1,6 @@
-"""cosmos-rl's policy-worker start-up check with the opt-in fast start-up: ``cosmos-sana validate
---no-startup-check`` before the launch, the same check in the controller, and a refused config stopping a
-flagged launch with the key in the launcher's failure report."""
+"""cosmos-rl's policy-worker start-up check with the fast start-up (the default; ``COSMOS_SANA_FAST_STARTUP=0``
+switches it off): ``cosmos-sana validate --no-startup-check`` before the launch, the same check in the
+controller, and a refused config stopping a launch with the key in the launcher's failure report."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_validate_help_names_the_option() -> None:
     out = subprocess.run([Path(sys.executable).parent / "cosmos-sana", "validate", "--help"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--no-startup-check" in out.stdout
-    assert "COSMOS_SANA_FAST_STARTUP=1" in " ".join(out.stdout.split())
+    assert "unless COSMOS_SANA_FAST_STARTUP=0" in " ".join(out.stdout.split())
 
 
 def _resolved(tmp_path: Path, *overrides: str) -> Path:
@@ -101,8 +101,8 @@ def test_the_controller_check_raises_one_line_naming_the_key(tmp_path: Path, ove
     check_at_startup(_resolved(tmp_path), installed_plugins())  # the recipe as shipped passes
 
 
-@pytest.mark.parametrize(("flag", "checked"), [("1", True), (None, False), ("0", False)])
-def test_the_controller_role_checks_only_with_the_fast_start_up(tmp_path: Path, monkeypatch, flag, checked) -> None:
+@pytest.mark.parametrize(("flag", "checked"), [("1", True), (None, True), ("0", False)])
+def test_the_controller_role_checks_unless_the_fast_start_up_is_off(tmp_path: Path, monkeypatch, flag, checked) -> None:
     """cosmos-rl's controller main is replaced by a recorder (it would serve HTTP): the check decides
     whether the controller gets to start."""
     started: list[dict] = []
@@ -137,15 +137,16 @@ def _recording(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("env", "args", "skipped"),
     [
+        ({}, [], True),
+        ({autoload.FAST_STARTUP_FLAG: ""}, [], True),
         ({autoload.FAST_STARTUP_FLAG: "1"}, [], True),
-        ({}, [], False),
         ({autoload.FAST_STARTUP_FLAG: "0"}, [], False),
-        ({autoload.FAST_STARTUP_FLAG: "1", "DRY_RUN": "1"}, [], False),
-        ({autoload.FAST_STARTUP_FLAG: "1"}, ["--dry-run"], False),
+        ({"DRY_RUN": "1"}, [], False),
+        ({}, ["--dry-run"], False),
     ],
 )
-def test_the_launcher_leaves_the_check_to_the_controller_only_when_flagged(workspace, tmp_path: Path, env, args,
-                                                                           skipped: bool) -> None:
+def test_the_launcher_leaves_the_check_to_the_controller_unless_switched_off(workspace, tmp_path: Path, env, args,
+                                                                             skipped: bool) -> None:
     base = {k: v for k, v in _recording(workspace, tmp_path).items() if k != autoload.FAST_STARTUP_FLAG}
     result = launch(IMAGE_SFT, {**base, **env}, tmp_path, *args)
     assert result.returncode == 0, result.stderr
@@ -154,15 +155,26 @@ def test_the_launcher_leaves_the_check_to_the_controller_only_when_flagged(works
     assert called[:2] == ["validate", str(REPO / "toml" / "sana-image-sft.toml")]
     assert called[-2:] == ["--dump", str(resolved)]
     assert ("--no-startup-check" in called) is skipped
-    if skipped:  # otherwise the same command as without the flag
-        default = launch(IMAGE_SFT, base, tmp_path)
-        assert default.returncode == 0, default.stderr
-        unflagged = (tmp_path / "validate-args").read_text().splitlines()
-        assert [a for a in called if a != "--no-startup-check"] == unflagged
+    if skipped:  # otherwise the same command as with the fast start-up switched off
+        off = launch(IMAGE_SFT, {**base, autoload.FAST_STARTUP_FLAG: "0"}, tmp_path)
+        assert off.returncode == 0, off.stderr
+        full = (tmp_path / "validate-args").read_text().splitlines()
+        assert "--no-startup-check" not in full
+        assert [a for a in called if a != "--no-startup-check"] == full
 
 
-def test_a_flagged_dry_run_keeps_the_full_check(workspace, tmp_path: Path) -> None:
-    env = {**workspace, autoload.FAST_STARTUP_FLAG: "1"}
+@pytest.mark.parametrize("value", ["true", "2"])
+def test_the_launcher_refuses_any_other_value_of_the_flag(workspace, tmp_path: Path, value: str) -> None:
+    env = {**_recording(workspace, tmp_path), autoload.FAST_STARTUP_FLAG: value}
+    result = launch(IMAGE_SFT, env, tmp_path, "--dry-run")
+    assert result.returncode == 2
+    assert (f"error: COSMOS_SANA_FAST_STARTUP={value}: use 0 (cosmos-rl's own start-up and shutdown) or 1 "
+            "(cosmos-sana's start-up patches, also what unset means)") in result.stderr
+    assert not (tmp_path / "validate-args").exists()  # refused before validating
+
+
+def test_a_default_dry_run_keeps_the_full_check(workspace, tmp_path: Path) -> None:
+    env = {k: v for k, v in workspace.items() if k != autoload.FAST_STARTUP_FLAG}
     result = launch(IMAGE_SFT, env, tmp_path, "--dry-run", "--", UNKNOWN_TRAINER)  # the real `cosmos-sana validate`
     assert result.returncode != 0
     assert "train: cosmos-rl's policy worker would refuse this config: Trainer nope_trainer is not supported." in result.stdout
@@ -176,7 +188,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_a_flagged_launch_with_an_unknown_trainer_stops_with_the_key_named(tiny_image_pipeline_dir: Path,
+def test_a_default_launch_with_an_unknown_trainer_stops_with_the_key_named(tiny_image_pipeline_dir: Path,
                                                                           tmp_path: Path) -> None:
     """A real launch on CPU (a fake ``nvidia-smi`` lets cosmos-rl's launcher start): validation passes
     without the start-up check, the replica starts beside the controller, the controller's check refuses
@@ -191,7 +203,6 @@ def test_a_flagged_launch_with_an_unknown_trainer_stops_with_the_key_named(tiny_
         PATH=f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}", PYTHONUNBUFFERED="1",
         TOML_FILE=str(TINY_NFT), DATASET_PATH="builtin:demo", BASE_CHECKPOINT_PATH=str(tiny_image_pipeline_dir),
         NPROC_PER_NODE="1", OUTPUT_ROOT="runs", MASTER_PORT=str(_free_port()), RDZV_PORT=str(_free_port()),
-        **{autoload.FAST_STARTUP_FLAG: "1"},
     )
     command = ["bash", str(RL_NFT), "--", UNKNOWN_TRAINER, f'redis="{_free_port()}"']
     result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,

@@ -12,7 +12,7 @@ only when the command line mentions cosmos (a string test, nothing imported).
   ``python -m <stock entry module>``, it redirects that one ``-m`` lookup to
   :mod:`cosmos_sana.bridge`, which loads the plugins and calls cosmos-rl's worker
   entry with our datasets, packers and rewards.
-* Opt-in (``COSMOS_SANA_FAST_STARTUP=1``; off by default until a full GPU launch has run with it):
+* On by default (``COSMOS_SANA_FAST_STARTUP=0`` restores cosmos-rl's own start-up and shutdown):
   in the launcher and in the torchrun wrapper of each replica, processes that only start
   other processes, cosmos-rl's package bodies (``cosmos_rl/__init__.py`` imports every
   subpackage, model auto-discovery included) run only once something asks for a name they
@@ -39,6 +39,7 @@ import importlib.util
 import os
 import sys
 import time
+from typing import NoReturn
 
 #: when this interpreter reached its site start-up hook (``time.monotonic``): the bridge logs
 #: how long its role took to import from here
@@ -46,11 +47,12 @@ INTERPRETER_STARTED = time.monotonic()
 
 ENV_FLAG = "COSMOS_SANA_AUTOLOAD"
 DISABLE_FLAG = "COSMOS_SANA_NO_AUTOLOAD"
-#: ``1`` turns on cosmos-sana's start-up and shutdown patches (deferred package bodies in the
-#: launch-only processes, replicas started beside the controller, the shutdown sleep as a poll).
-#: Unset (the default) or any other value keeps cosmos-rl's own start-up and shutdown: the patches
-#: change the launch path and have only run on CPU, where a launch stops at NCCL set-up.
+#: cosmos-sana's start-up and shutdown patches (deferred package bodies in the launch-only processes,
+#: replicas started beside the controller, the shutdown sleep as a poll) run unless this is ``0``,
+#: which keeps cosmos-rl's own start-up and shutdown. Unset, empty (a shell's way of clearing it) or
+#: ``1`` means on; any other value is refused rather than read as either.
 FAST_STARTUP_FLAG = "COSMOS_SANA_FAST_STARTUP"
+FAST_STARTUP_VALUES = {"0": False, "1": True, "": True}
 
 #: Modules cosmos-rl's launch scripts run with ``python -m`` when no script is given.
 STOCK_ENTRY_MODULES = frozenset(
@@ -142,7 +144,7 @@ def refusal_message(script: str, config: str) -> str:
     )
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     """Stop the launcher before it starts anything (this runs at interpreter start-up, where an
     exception would end as a fatal site-module error instead of a message)."""
     sys.stderr.write(message)
@@ -282,8 +284,23 @@ class PostImportPatchFinder(importlib.abc.MetaPathFinder):
 
 
 def fast_startup(environ: dict | None = None) -> bool:
-    """Whether :data:`FAST_STARTUP_FLAG` asks for cosmos-sana's start-up patches (``os.environ`` by default)."""
-    return (os.environ if environ is None else environ).get(FAST_STARTUP_FLAG) == "1"
+    """Whether cosmos-sana's start-up patches run (``os.environ`` by default): yes unless
+    :data:`FAST_STARTUP_FLAG` is ``0``; ValueError naming the variable for a value other than 0 or 1."""
+    value = (os.environ if environ is None else environ).get(FAST_STARTUP_FLAG, "")
+    if value not in FAST_STARTUP_VALUES:
+        raise ValueError(
+            f"{FAST_STARTUP_FLAG}={value!r}: use 0 (cosmos-rl's own start-up and shutdown) or 1 "
+            f"(cosmos-sana's start-up patches, also what unset means)"
+        )
+    return FAST_STARTUP_VALUES[value]
+
+
+def _fast_startup_or_refuse(environ: dict) -> bool:
+    """:func:`fast_startup` for the launch-only processes, whose bad flag stops them with the message."""
+    try:
+        return fast_startup(environ)
+    except ValueError as error:
+        _refuse(f"cosmos-sana: {error}\n")
 
 
 def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
@@ -298,8 +315,9 @@ def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
             script = unsupported_script(argv)
             if script is not None:
                 _refuse(refusal_message(script, config))
+            fast = _fast_startup_or_refuse(environ)
             environ[ENV_FLAG] = "1"
-            if fast_startup(environ):
+            if fast:
                 defer_cosmos_rl_package_bodies()
                 sys.meta_path.insert(0, PostImportPatchFinder())
             return "launcher-flagged"
@@ -307,7 +325,7 @@ def activate(argv: list[str] | None = None, environ: dict | None = None) -> str:
     if environ.get("COSMOS_ROLE") and environ.get(ENV_FLAG) == "1":
         module = _argv_module(argv)
         if module == TORCHRUN_WRAPPER_MODULE:
-            if not fast_startup(environ):
+            if not _fast_startup_or_refuse(environ):
                 return "inactive"
             defer_cosmos_rl_package_bodies()
             return "deferred-package-bodies"

@@ -389,8 +389,9 @@ def patch_launcher_controller_wait(launch_all: types.ModuleType) -> None:
 
 
 def startup_patches_enabled() -> bool:
-    """True only when ``COSMOS_SANA_FAST_STARTUP=1`` opts in to cosmos-sana's start-up and shutdown
-    patches; by default cosmos-rl's own start-up and shutdown run unchanged."""
+    """Whether cosmos-sana's start-up and shutdown patches run: by default they do, and
+    ``COSMOS_SANA_FAST_STARTUP=0`` keeps cosmos-rl's own start-up and shutdown unchanged (ValueError
+    for a value other than 0 or 1; the launcher has refused one before starting this process)."""
     from cosmos_sana.compat.autoload import fast_startup
 
     return fast_startup()

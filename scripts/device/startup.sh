@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Device: start-up of a bare `cosmos-rl --config` launch on one GPU, split per process and phase by
-# bench/bench_startup.py, once by default (before: COSMOS_SANA_FAST_STARTUP=0, cosmos-rl's own start-up and
-# shutdown) and once with COSMOS_SANA_FAST_STARTUP=1 (after: cosmos-sana's opt-in start-up patches), which
-# bench_startup.py --compare sets for each launch. Each launch runs STEPS steps to the end, so the shutdown
-# shows too. Exits non-zero unless both launches ended with status 0 and only the second ran the patches:
-# this is the GPU run that has to pass before the patches can become the default.
+# bench/bench_startup.py, once with COSMOS_SANA_FAST_STARTUP=0 (before: cosmos-rl's own start-up and
+# shutdown) and once with COSMOS_SANA_FAST_STARTUP=1 (after: the default, cosmos-sana's start-up patches),
+# which bench_startup.py --compare sets for each launch. Each launch runs STEPS steps to the end, so the
+# shutdown shows too. Exits non-zero unless both launches ended with status 0 and only the second ran the
+# patches (bench/results/2026-12-01-h200-startup-fast-vs-default.json is such a run on an H200).
 #   bash scripts/device/setup.sh && . /tmp/site/env.sh && bash scripts/device/startup.sh
 # Env: RECIPE (toml/tiny/sana-image-nft.toml), PRESET (make-tiny preset, tiny), STEPS (2), SITE (/tmp/site),
 #      TIMEOUT seconds per launch (240), WORK (/tmp/startup), OUT (report folder, $WORK/report).

@@ -71,3 +71,16 @@ def test_misspelt_timestep_fraction_is_caught(tmp_path):
     bad.write_text(text)
     with pytest.raises(ConfigInvalid, match="timestep_fraction.*did you mean 'timesteps_fraction'"):
         validate_file(bad, registry=installed_plugins())
+
+
+def test_speed_features_ship_on_only_where_a_launch_checked_them():
+    """The NFT recipe ships bf16 attention, the text K/V cache and compiled blocks (checked inside an H200
+    launch against the same launch without them); CUDA graphs stay off; the other recipes leave them off."""
+    from cosmos_sana.config.rollout import SpeedOptions
+
+    speed = SpeedOptions(**load(TOML / "sana-image-nft.toml")["custom"]["rollout"]["speed"])
+    assert (speed.linear_attention, speed.cache_text_kv, speed.compile_blocks, speed.cuda_graph_max_batch) == \
+        ("bf16", True, True, 0)
+    for path in RECIPES:
+        if path != TOML / "sana-image-nft.toml":
+            assert "speed" not in load(path).get("custom", {}).get("rollout", {}), path.name

@@ -17,7 +17,8 @@ without grad, policy forward + backward) over ``batch`` samples, one optimizer s
   model, which its conv patch embedding rejects).
 * ``ours/<variant>`` — our registered ``sana_nft`` trainer's ``step_training`` on rollouts built
   from the same tensors: ``plain`` as configured, ``fast`` with ``fast_denoise`` (bf16 linear
-  attention, compiled blocks), ``fast_checkpointing`` plus gradient checkpointing.
+  attention, compiled blocks), ``fast_checkpointing`` plus gradient checkpointing, ``recipe`` what
+  toml/sana-image-nft.toml sets (its speed table and its gradient checkpointing).
 
 Prints one JSON object (rewritten to ``--json-out`` after each variant).
 """
@@ -33,17 +34,19 @@ from typing import Any
 import torch
 
 from benchlib import (
-    DTYPES, PEAK_FLOPS, environment, ensure_pipeline, median, peak_memory_gib, ratio, reset_peak_memory,
-    time_call, write_json,
+    DTYPES, PEAK_FLOPS, environment, ensure_pipeline, median, peak_memory_gib, ratio, recipe_settings,
+    reset_peak_memory, time_call, write_json,
 )
 
 RECIPE = Path(__file__).resolve().parents[1] / "toml" / "tiny" / "sana-image-nft.toml"
 GRID_STEPS = 10
 GROUP = 4  # samples per prompt
+RECIPE_SPEED, RECIPE_CHECKPOINTING = recipe_settings()
 VARIANTS = {
     "plain": {},
     "fast": {"linear_attention": "bf16", "compile_blocks": True},
     "fast_checkpointing": {"linear_attention": "bf16", "compile_blocks": True},
+    "recipe": RECIPE_SPEED,  # toml/sana-image-nft.toml's speed table, with its gradient checkpointing setting
 }
 BASELINE = "upstream NFTTrainer loss path, reproduced"
 
@@ -314,7 +317,7 @@ def main() -> None:
             transformer.disable_gradient_checkpointing()
             options = fast_denoise.SpeedOptions(**VARIANTS[variant], compile_backend=args.compile_backend)
             fast_denoise.accelerate(trainer.model, options)
-            if variant.endswith("checkpointing"):
+            if variant.endswith("checkpointing") or (variant == "recipe" and RECIPE_CHECKPOINTING):
                 transformer.enable_gradient_checkpointing()
             counter = iter(range(1, 10**6))
             row = measure(f"ours/{variant}", lambda: trainer.step_training(rollouts, next(counter), 10**6),

@@ -15,7 +15,8 @@ same steps, batch, CFG and seeds, text embeddings precomputed for all (text enco
 * ``ours/<variant>`` — ``sampling.sample`` through ``fast_denoise.accelerate``; the default variants
   add one feature each: ``eager``, ``bf16_attn`` (+ bf16 linear attention, channels-last VAE),
   ``text_kv`` (+ text keys/values once per batch), ``compiled`` (+ compiled blocks),
-  ``compiled_graphs`` (+ CUDA graphs); also ``graphs`` (no compile) and ``compiled_fp32_attn``.
+  ``compiled_graphs`` (+ CUDA graphs); also ``graphs`` (no compile), ``compiled_fp32_attn`` and
+  ``recipe`` (toml/sana-image-nft.toml's ``[custom.rollout.speed]``: what a user of that recipe gets).
 
 Each row: median seconds over ``--repeats`` calls after ``--warmup``, images/s, transformer MFU
 (FLOPs of one transformer forward from ``FlopCounterMode`` × forwards / time / 790e12) and peak
@@ -34,7 +35,7 @@ import torch
 
 from benchlib import (
     DTYPES, PEAK_FLOPS, environment, ensure_pipeline, median, peak_memory_gib, profile_top, ratio,
-    reset_peak_memory, time_call, write_json,
+    recipe_settings, reset_peak_memory, time_call, write_json,
 )
 
 GRAPH_ANY_BATCH = 1024
@@ -49,6 +50,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "compiled_graphs": {**_KV, "compile_blocks": True, "cuda_graph_max_batch": GRAPH_ANY_BATCH},
     "graphs": {**_KV, "cuda_graph_max_batch": GRAPH_ANY_BATCH},
     "compiled_fp32_attn": {"compile_blocks": True},
+    "recipe": recipe_settings()[0],  # toml/sana-image-nft.toml's [custom.rollout.speed]: what its users get
 }
 DEFAULT_VARIANTS = {
     "cuda": ["eager", "bf16_attn", "text_kv", "compiled", "compiled_graphs"],

@@ -16,6 +16,8 @@ import torch
 
 #: bf16 dense peak used for MFU (H200: 773–790 TFLOP/s measured with a large bf16 matmul)
 PEAK_FLOPS = 790e12
+#: the recipe whose defaults the benches' ``recipe`` variants measure
+RECIPE = Path(__file__).resolve().parents[1] / "toml" / "sana-image-nft.toml"
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 GIB = 2**30
 
@@ -120,3 +122,14 @@ def profile_top(fn: Callable[[], Any], device: torch.device, top: int = 20) -> d
         "total_ms": total / 1000,
         "top": [{"name": e.key[:120], "ms": getattr(e, attribute) / 1000, "calls": e.count} for e in events[:top]],
     }
+
+
+def recipe_settings(path: Path = RECIPE) -> tuple[dict[str, Any], bool]:
+    """A recipe's ``[custom.rollout.speed]`` table and whether it turns on gradient checkpointing
+    (``policy.model_gradient_checkpointing``): what the benches' ``recipe`` variants run, so that they
+    measure what a user of the shipped recipe gets."""
+    import tomllib
+
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    speed = data.get("custom", {}).get("rollout", {}).get("speed", {})
+    return dict(speed), bool(data.get("policy", {}).get("model_gradient_checkpointing", False))

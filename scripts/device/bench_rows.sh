@@ -3,8 +3,10 @@
 # variants, export of a 1600M checkpoint (all cases, a longer limit), reward scorer throughput at 512²
 # (not in run_all.sh) — each under its own limit, JSON + logs
 # into $OUT, the table at the end. Fits beside another job on a second GPU (CUDA_VISIBLE_DEVICES).
-# ROWS picks rows ("rollout export rewards"); the rewards row runs twice: Tesseract single-threaded
-# (the OCR backend's default) and with its own OpenMP threads (OMP_THREAD_LIMIT=64).
+# ROWS picks rows ("rollout export rewards"; also "defaults"); the rewards row runs twice: Tesseract
+# single-threaded (the OCR backend's default) and with its own OpenMP threads (OMP_THREAD_LIMIT=64).
+# The defaults row measures the `recipe` variants (toml/sana-image-nft.toml's speed table and gradient
+# checkpointing) against eager / plain and the baselines: rollout at 1024², B=8, and the NFT step.
 #   bash scripts/device/setup.sh >/dev/null && . /tmp/site/env.sh && OUT=/tmp/bench bash scripts/device/bench_rows.sh
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
@@ -32,5 +34,12 @@ if [[ $rows == *" rewards "* ]]; then
   rewards=(bench/bench_rewards.py --device cuda --batch 16 --size 512 --repeats 3)
   run rewards "${LIMIT_REWARDS:-60}" "${rewards[@]}" --reward jpeg_compressibility --reward ocr --json-out "$out/rewards.json"
   OMP_THREAD_LIMIT=64 run rewards-omp64 "${LIMIT_REWARDS:-60}" "${rewards[@]}" --reward ocr --json-out "$out/rewards-omp64.json"
+fi
+if [[ $rows == *" defaults "* ]]; then  # what toml/sana-image-nft.toml's users get, beside the baselines
+  run rollout-1024-b8-recipe "${LIMIT_DEFAULTS_ROLLOUT:-200}" bench/bench_rollout.py --preset sana-1600m \
+    --pipeline "$pipe" --device cuda --dtype bfloat16 --steps 20 --repeats 2 --variants eager recipe \
+    --sizes 1024 --batches 8 --json-out "$out/rollout-1024-b8-recipe.json"
+  run nft-step-recipe "${LIMIT_DEFAULTS_NFT:-240}" bench/bench_nft_step.py --preset sana-1600m --pipeline "$pipe" \
+    --device cuda --size 1024 --batch 8 --lora-rank 32 --variants plain recipe --json-out "$out/nft-step-recipe.json"
 fi
 python bench/report.py "$out"

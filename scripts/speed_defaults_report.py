@@ -34,7 +34,7 @@ from launch_metrics import compare_reference, read_rows  # noqa: E402
 
 #: ``[custom.rollout.speed]`` per configuration, as changes from :data:`FEATURES_OFF`;
 #: ``cuda_graph_max_batch`` is filled in with the rollout's forward batch (``rollout.n_generation_mini_batch``
-#: without CFG). ``recipe`` is what the shipped 1600M recipes enable (toml/sana-image-nft.toml).
+#: without CFG). ``recipe`` is what toml/sana-image-nft.toml ships.
 CONFIGS: dict[str, dict[str, Any]] = {
     "off": {},
     "bf16": {"linear_attention": "bf16"},

@@ -3,7 +3,7 @@
 # configuration, all with the same seed, side by side on one GPU (each with its own ports):
 #   off      none (the baseline)             compile  compile_blocks = true
 #   bf16     linear_attention = "bf16"       graphs   cuda_graph_max_batch = 4 (the rollout's forward batch)
-#   text_kv  cache_text_kv = true            recipe   bf16 + text_kv + compile (what the 1600M recipes ship)
+#   text_kv  cache_text_kv = true            recipe   bf16 + text_kv + compile (what toml/sana-image-nft.toml ships)
 #                                            all      the four together
 # Every launch sets all four (off ones off), whatever the recipe ships in [custom.rollout.speed].
 # Each is launchers/launch_rl_$RECIPE.sh (default sana-image-nft) on SANA-600M shapes (make-tiny --preset sana-600m, bf16),
@@ -27,10 +27,14 @@
 #      on a 2-GPU host deals the launches out round-robin), DRY_RUN=1 (each launcher validates its
 #      configuration and writes it, nothing runs; needs MODEL), RECIPE (sana-image-nft: the RL recipe whose
 #      launcher, launchers/launch_rl_$RECIPE.sh, runs; the default REFERENCE is for sana-image-nft only),
-#      PORT_BASE (0; another instance beside this one on the same host needs its own, e.g. 10).
+#      PORT_BASE (0; another instance beside this one on the same host needs its own, e.g. 10, and its own
+#      WORK: a second instance on a WORK in use stops at once, before deleting anything there).
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/speed-defaults}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
+# one instance per WORK: each launch starts by deleting $WORK/<configuration>, a second instance's runs
+exec 9>"$work/.lock"
+flock -n 9 || { echo "WORK $work is in use by another speed_defaults.sh; give this one its own WORK (and PORT_BASE)" >&2; exit 2; }
 t0=$(date +%s)
 steps=${STEPS:-4}; size=${SIZE:-256}; budget=${BUDGET:-540}; dry=${DRY_RUN:-0}
 recipe=${RECIPE:-sana-image-nft}; port_base=${PORT_BASE:-0}
@@ -75,7 +79,7 @@ launch() {  # $1 = configuration, $2 = port offset; outputs, dump, exit status a
     DRY_RUN=$dry COSMOS_SANA_ROLLOUT_DUMP=$dir/rollout-dump NPROC_PER_NODE=1 DATASET_PATH=builtin:demo \
     BASE_CHECKPOINT_PATH=$model OUTPUT_ROOT=$dir MASTER_PORT=$((8400 + offset)) RDZV_PORT=$((29700 + offset)) \
     timeout -k 20 -s INT "$limit" bash "$launcher" -- \
-    "redis=\"$((13400 + offset))\"" "${overrides[@]}" "${speed[@]}" >"$dir/launch.log" 2>&1 || status=$?
+    "redis=\"$((13400 + offset))\"" "${overrides[@]}" "${speed[@]}" >"$dir/launch.log" 2>&1 9>&- || status=$?  # fd 9 (the lock) is not the launches' to hold
   echo "$status" >"$dir/exit_status"; echo $(( $(date +%s) - t )) >"$dir/wall_s"
   echo "$name: exit $status after $(( $(date +%s) - t )) s (${speed[*]:-no speed feature})"
 }

@@ -8,8 +8,8 @@
 #   video  toml/sana-video-nft.toml on SANA-Video-2B shapes, 256², 9 frames (bare cosmos-rl --config)
 #   grpo   toml/sana-image-grpo.toml, SANA-600M shapes, 256 px
 #   ddrl   toml/sana-image-ddrl.toml, SANA-600M shapes, 256 px, real data = the generated dataset
-#   fast   toml/sana-image-nft.toml, SANA-600M shapes, 256 px, with the opt-in speed features
-#          (compiled blocks, bf16 linear attention) that recipes leave commented out
+#   fast   toml/sana-image-nft.toml, SANA-600M shapes, 256 px, with the speed features that recipe ships
+#          (compiled blocks, bf16 linear attention, set again here, and the text K/V cache)
 # Env: STEPS (6), TIMEOUT per job (420), DEADLINE (epoch seconds every job ends by), WORK (/tmp/suite);
 #      models are built once under $WORK (a ready model-<preset> folder is reused).
 set -uo pipefail

@@ -31,7 +31,11 @@ def ours(tmp_path: Path) -> Path:
 def test_launcher_flags_the_howto_forms(ours: Path, script: str) -> None:
     env: dict[str, str] = {}
     argv = [sys.executable, "/venv/bin/cosmos-rl", "--config", str(ours), script]
-    assert autoload.activate(argv, env) == "launcher-flagged" and env[autoload.ENV_FLAG] == "1"
+    before = list(sys.meta_path)
+    try:
+        assert autoload.activate(argv, env) == "launcher-flagged" and env[autoload.ENV_FLAG] == "1"
+    finally:
+        sys.meta_path[:] = before  # the default start-up patches install import hooks in this process
 
 
 @pytest.mark.parametrize("script", [NFT_SCRIPT, SFT_SCRIPT])

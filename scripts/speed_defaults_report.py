@@ -47,7 +47,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 #: every feature a configuration can switch, off: each launch sets all of them, so that what a recipe
 #: ships in ``[custom.rollout.speed]`` does not leak into a configuration (``off`` really is off)
 FEATURES_OFF: dict[str, Any] = {
-    "linear_attention": "fp32", "cache_text_kv": False, "compile_blocks": False, "cuda_graph_max_batch": 0
+    "linear_attention": "fp32", "cache_text_kv": False, "compile_blocks": False, "cuda_graph_max_batch": 0,
+    "vae_channels_last": False, "compile_vae": False,
 }
 #: relative (Frobenius) error allowed between a configuration's first-step latents and the baseline's:
 #: the bound documented for the bf16 linear attention against fp32 maths (``BF16_TOLERANCE`` in

@@ -143,13 +143,16 @@ def test_overrides_per_configuration():
     # every feature is set in every configuration, so a recipe's own [custom.rollout.speed] cannot leak in
     assert run_report("overrides", "off", "--graph-batch", "4").stdout.splitlines() == [
         'custom.rollout.speed.linear_attention="fp32"', "custom.rollout.speed.cache_text_kv=false",
-        "custom.rollout.speed.compile_blocks=false", "custom.rollout.speed.cuda_graph_max_batch=0"]
+        "custom.rollout.speed.compile_blocks=false", "custom.rollout.speed.cuda_graph_max_batch=0",
+        "custom.rollout.speed.vae_channels_last=false", "custom.rollout.speed.compile_vae=false"]
     assert run_report("overrides", "recipe", "--graph-batch", "4").stdout.splitlines() == [
         'custom.rollout.speed.linear_attention="bf16"', "custom.rollout.speed.cache_text_kv=true",
-        "custom.rollout.speed.compile_blocks=true", "custom.rollout.speed.cuda_graph_max_batch=0"]
+        "custom.rollout.speed.compile_blocks=true", "custom.rollout.speed.cuda_graph_max_batch=0",
+        "custom.rollout.speed.vae_channels_last=false", "custom.rollout.speed.compile_vae=false"]
     assert run_report("overrides", "all", "--graph-batch", "4").stdout.splitlines() == [
         'custom.rollout.speed.linear_attention="bf16"', "custom.rollout.speed.cache_text_kv=true",
-        "custom.rollout.speed.compile_blocks=true", "custom.rollout.speed.cuda_graph_max_batch=4"]
+        "custom.rollout.speed.compile_blocks=true", "custom.rollout.speed.cuda_graph_max_batch=4",
+        "custom.rollout.speed.vae_channels_last=false", "custom.rollout.speed.compile_vae=false"]
 
 
 @pytest.mark.slow
@@ -165,9 +168,11 @@ def test_dry_run_resolves_each_configuration(tiny_image_pipeline_dir, tmp_path):
     resolved = {name: tomllib.loads((tmp_path / name / "sana-image-nft" / "sana-image-nft.resolved.toml").read_text())
                 for name in ("off", "all")}
     assert resolved["off"]["custom"]["rollout"]["speed"] == {
-        "linear_attention": "fp32", "cache_text_kv": False, "compile_blocks": False, "cuda_graph_max_batch": 0}
+        "linear_attention": "fp32", "cache_text_kv": False, "compile_blocks": False, "cuda_graph_max_batch": 0,
+        "vae_channels_last": False, "compile_vae": False}
     assert resolved["all"]["custom"]["rollout"]["speed"] == {
-        "linear_attention": "bf16", "cache_text_kv": True, "compile_blocks": True, "cuda_graph_max_batch": 4}
+        "linear_attention": "bf16", "cache_text_kv": True, "compile_blocks": True, "cuda_graph_max_batch": 4,
+        "vae_channels_last": False, "compile_vae": False}
     for config in resolved.values():
         assert (config["train"]["max_num_steps"], config["rollout"]["n_generation_mini_batch"]) == (3, 4)
         assert config["policy"]["diffusers"]["inference_size"] == [256, 256]

@@ -95,7 +95,17 @@ def run(args: argparse.Namespace) -> int:
         mode = "launch" if ok else "local"
         print(f"[demo] {why}: {'real cosmos-rl launch' if ok else 'single-process run of the same components'}",
               file=sys.stderr)
-    data = resolve(recipe, out, args.steps)
+    from cosmos_sana.plugin_manager import PluginError
+    from cosmos_sana.validation import ConfigInvalid
+
+    try:
+        data = resolve(recipe, out, args.steps)
+    except ConfigInvalid as exc:  # as `cosmos-sana run`: the problems, one a line, and status 1
+        print(str(exc), file=sys.stderr)
+        return 1
+    except (ValueError, PluginError) as exc:  # e.g. a COSMOS_SANA_FAST_STARTUP value that is neither 0 nor 1
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if mode == "launch":
         run_launch(data, out)
         summary: dict[str, Any] = {"mode": "launch"}

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-startup-check", dest="startup_check", action="store_false",
         help="skip only cosmos-rl's policy-worker start-up check (the trainer-type lookup, batch "
         "divisibility) and the trainer's own check_config, which import torch and all of cosmos-rl; "
-        "the launchers pass it unless COSMOS_SANA_FAST_STARTUP=0, since the controller then runs that check",
+        "the launchers pass it unless COSMOS_SANA_FAST_STARTUP=0 or in a dry run (which keeps the full check), "
+        "since the controller then runs that check",
     )
 
 

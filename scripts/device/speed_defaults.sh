@@ -5,7 +5,7 @@
 #   bf16     linear_attention = "bf16"       graphs   cuda_graph_max_batch = 4 (the rollout's forward batch)
 #   text_kv  cache_text_kv = true            recipe   bf16 + text_kv + compile (what toml/sana-image-nft.toml ships)
 #                                            all      the four together
-# Every launch sets all four (off ones off), whatever the recipe ships in [custom.rollout.speed].
+# Every launch sets these four and the two VAE features (off ones off), whatever the recipe ships in [custom.rollout.speed].
 # Each is launchers/launch_rl_$RECIPE.sh (default sana-image-nft) on SANA-600M shapes (make-tiny --preset sana-600m, bf16),
 # SIZE², 2 prompts x 4 images a step, jpeg_compressibility, builtin:demo prompts: the settings of
 # resume_exact.sh, so the "off" launch is also compared with REFERENCE, an earlier launch's metrics.

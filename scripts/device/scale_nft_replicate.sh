@@ -15,8 +15,8 @@
 #      one 10-minute call run ROWS=fsdp, then ONE_GPU=0 ROWS=replicate.
 # The launches run the recipe's defaults, its speed features included: each launch's first step compiles
 # the transformer blocks (~40 s more; the scale report's steady state leaves the first step out), so
-# budget that into TIMEOUT; add 'custom.rollout.speed.compile_blocks=false' to compare with the
-# 2026-11-30 table, which ran without them. They have never run on 2 GPUs before: this is also that check.
+# budget that into TIMEOUT. The 2026-11-30 table ran without them, so its numbers compare only as
+# "before the defaults changed". They have never run on 2 GPUs before: this is also that check.
 # One GPU has nothing to shard or average (both placements run the same code there), so the 1-GPU row
 # runs once. NCCL_NVLS_ENABLE=0 keeps NVLink multicast off (the device notes say why). Each launch gets
 # its own controller, rendezvous and Redis ports.

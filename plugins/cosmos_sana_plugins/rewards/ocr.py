@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from cosmos_sana.config.base import StrictModel
 from cosmos_sana.rewards.scorers import MediaError
@@ -78,12 +78,36 @@ TEXT_PSMS = (1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 
 
 class TesseractOptions(StrictModel):
-    """``backend_args`` of ``backend = "tesseract"``."""
+    """``backend_args`` of ``backend = "tesseract"``.
+
+    ``max_words`` (default 150): a page that Tesseract's layout analysis splits into more word candidates
+    reads as no text (reward 0) without being recognised. The reward's targets are a few words on a sign;
+    the fields of fine stripes a 512² SANA generates a few RL steps from random weights are split into
+    200–400 candidates, read as no text or a few stray characters, and cost 0.3–0.5 s of one core each, most of it in
+    Tesseract's paragraph detection after recognition, which nothing can interrupt; stopped at the first
+    candidate they cost their layout analysis, ~0.05–0.1 s (bench/README.md, "OCR reward read time").
+    Photos and screenshots with real text measured 8–87 candidates, the bench's signs 1–7. A dense page
+    of small text can exceed 150: raise it, or ``None`` reads every page to its end as before.
+    ``cpu_limit_ms`` (default None) stops a read once its worker has spent that much CPU time on it (the
+    image then reads as no text); it is checked only during recognition, so it bounds images with many
+    real word candidates, not the stripe fields, whose cost comes after recognition. Both need the
+    library engine; where ``engine = "auto"`` finds only the program, images are read to their end.
+    """
 
     lang: str = Field(default="eng", description="Tesseract language(s), e.g. 'eng' or 'eng+deu'")
     psm: int = Field(default=3, description=f"page-segmentation mode, one of {TEXT_PSMS} (3: automatic)")
     max_side: int | None = Field(
         default=None, ge=32, description="downscale images whose longer side exceeds this before reading (None: never)"
+    )
+    max_words: int | None = Field(
+        default=150, ge=1,
+        description="an image that layout analysis splits into more word candidates reads as no text, "
+        "without recognising them (library engine; None: no limit, as before; see the class docstring)",
+    )
+    cpu_limit_ms: float | None = Field(
+        default=None, gt=0,
+        description="CPU milliseconds a library worker may spend on one image; a read that reaches it stops "
+        "and reads as no text (checked before each word candidate; None: no limit; see tesseract_pool)",
     )
     variables: dict[str, str] = Field(default_factory=dict, description="Tesseract variables (`-c name=value`)")
     threads: int | None = Field(default=None, ge=1, description="worker processes (default: one a core, at most 8)")
@@ -99,6 +123,14 @@ class TesseractOptions(StrictModel):
         if psm not in TEXT_PSMS:
             raise ValueError(f"psm must be one of {TEXT_PSMS} (modes that return text), got {psm}")
         return psm
+
+    @model_validator(mode="after")
+    def _limits_need_the_library(self) -> TesseractOptions:
+        for key in ("max_words", "cpu_limit_ms"):
+            if self.engine == "program" and key in self.model_fields_set and getattr(self, key) is not None:
+                raise ValueError(f"{key} needs the library engine (the tesseract program cannot be stopped "
+                                 f"mid-read); set engine = 'library' or 'auto', or {key} = None")
+        return self
 
 
 class TesseractBackend:
@@ -120,6 +152,8 @@ class TesseractBackend:
         self.threads = options.threads or default_threads()
         self.settings = ReadSettings(
             lang=options.lang, psm=options.psm, max_side=options.max_side, variables=options.variables,
+            max_words=options.max_words if library else None,
+            cpu_limit_ms=options.cpu_limit_ms if library else None,
             library=library, datapath=datapath,
         )
         self.pool = TesseractPool(self.settings, self.threads)

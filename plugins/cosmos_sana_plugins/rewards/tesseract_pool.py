@@ -7,10 +7,25 @@ worker runs the program once per image instead, with the same settings.
 
 Workers are lean child interpreters (``python -m`` this module: no torch, no fork of a process
 that may hold CUDA state) talking over their stdin/stdout: a request is ``<III`` (width, height,
-byte count) + pixels; a reply is ``<BI`` (0 = text, 1 = error message) + UTF-8. Tesseract runs
-single-threaded in each worker (``OMP_THREAD_LIMIT=1`` in the worker's environment unless this
-process's environment sets it): its own OpenMP threads would oversubscribe the cores the pool
-fills. This process's environment is left as it is.
+byte count) + pixels; a reply is ``<BI`` (0 = text, 1 = error message, 2 = no text: the read was
+stopped, see below) + UTF-8. Tesseract runs single-threaded in each worker
+(``OMP_THREAD_LIMIT=1`` in the worker's environment unless this process's environment sets it):
+its own OpenMP threads would oversubscribe the cores the pool fills. This process's environment is
+left as it is.
+
+A library worker can stop a read through the C API's progress monitor: Tesseract calls the
+monitor's cancel function before it recognises each word candidate, with the number of candidates
+its layout analysis found on the page. The worker cancels when that number exceeds
+``ReadSettings.max_words`` (decided at the first candidate, before any recognition) or once its
+thread has spent ``ReadSettings.cpu_limit_ms`` of CPU time on this image. Only recognition is
+stopped: layout analysis before the first candidate is never interrupted, and neither is paragraph
+detection after the last, which on a field of noise split into hundreds of candidates (fine stripes)
+costs more than all the rest; hence the candidate count, which tells such a field before that cost.
+A stopped read returns no text, not the words recognised so far: those would depend on how fast the
+machine is, and an image split into that many candidates or read that long is no legible short text.
+CPU time, not wall time (Tesseract's own ``TessMonitorSetDeadlineMSecs``), so that a loaded host does
+not change the reward; the worker is single-threaded, so its thread's CPU time is all of Tesseract's
+work on the image. The pool counts the reads it stopped (``cut_reads``).
 """
 
 from __future__ import annotations
@@ -24,6 +39,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -31,6 +47,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 _REQUEST, _REPLY = struct.Struct("<III"), struct.Struct("<BI")
+_CUT = 2  # reply status of a read stopped past max_words or cpu_limit_ms
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding cosmos_sana_plugins/
 
 
@@ -41,6 +58,8 @@ class ReadSettings:
     lang: str = "eng"
     psm: int = 3
     max_side: int | None = None
+    max_words: int | None = None  # library engine only; None: no limit
+    cpu_limit_ms: float | None = None  # library engine only; None: no limit
     variables: dict[str, str] = field(default_factory=dict)
     library: str | None = None  # libtesseract to load; None: run the ``tesseract`` program per image
     datapath: str | None = None  # tessdata folder when TESSDATA_PREFIX is unset; None: the library's default
@@ -61,8 +80,12 @@ def find_library() -> tuple[str, str | None] | None:
     return None
 
 
+_CANCEL = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_int)  # Tesseract's CANCEL_FUNC
+
+
 class LibraryEngine:
-    """One ``TessBaseAPI`` handle, initialised once; reads raw RGB pixels."""
+    """One ``TessBaseAPI`` handle, initialised once; reads raw RGB pixels (stopping a read past
+    ``max_words`` or ``cpu_limit_ms`` when set: see the module's docstring)."""
 
     def __init__(self, settings: ReadSettings) -> None:
         lib = ctypes.CDLL(settings.library)
@@ -76,7 +99,17 @@ class LibraryEngine:
         lib.TessBaseAPIGetUTF8Text.restype = ctypes.c_void_p  # freed with TessDeleteText, so not c_char_p
         lib.TessDeleteText.argtypes = [ctypes.c_void_p]
         lib.TessBaseAPIClear.argtypes = [handle]
+        lib.TessBaseAPIRecognize.argtypes = [handle, handle]
+        lib.TessMonitorCreate.restype = handle
+        lib.TessMonitorSetCancelFunc.argtypes = [handle, _CANCEL]
         self._lib, self._api = lib, lib.TessBaseAPICreate()
+        self._monitor, self._max_words, self.cancelled = None, settings.max_words, False
+        self._limit_s = settings.cpu_limit_ms / 1000 if settings.cpu_limit_ms is not None else None
+        self._ends_at = 0.0
+        if self._max_words is not None or self._limit_s is not None:
+            self._cancel = _CANCEL(self._over_limit)  # referenced for as long as Tesseract may call it
+            self._monitor = lib.TessMonitorCreate()
+            lib.TessMonitorSetCancelFunc(self._monitor, self._cancel)
         datapath = os.environ.get("TESSDATA_PREFIX") or settings.datapath  # as the program's wrapper decides
         if lib.TessBaseAPIInit3(self._api, datapath.encode() if datapath else None, settings.lang.encode()):
             raise RuntimeError(
@@ -89,18 +122,33 @@ class LibraryEngine:
             if not lib.TessBaseAPISetVariable(self._api, name.encode(), str(value).encode()):
                 raise ValueError(f"Tesseract has no variable {name!r}")
 
+    def _over_limit(self, _cancel_this: int, words: int) -> bool:
+        self.cancelled = (self._max_words is not None and words > self._max_words) or (
+            self._limit_s is not None and time.thread_time() > self._ends_at
+        )
+        return self.cancelled
+
     def __call__(self, rgb: bytes, width: int, height: int) -> str:
         self._lib.TessBaseAPISetImage(self._api, rgb, width, height, 3, 3 * width)
-        pointer = self._lib.TessBaseAPIGetUTF8Text(self._api)
+        pointer = None
         try:
+            if self._monitor is not None:
+                self.cancelled, self._ends_at = False, time.thread_time() + (self._limit_s or 0.0)
+                self._lib.TessBaseAPIRecognize(self._api, self._monitor)
+                if self.cancelled:
+                    return ""
+            pointer = self._lib.TessBaseAPIGetUTF8Text(self._api)
             return ctypes.string_at(pointer).decode("utf-8", "replace") if pointer else ""
         finally:
-            self._lib.TessDeleteText(pointer)
+            if pointer:
+                self._lib.TessDeleteText(pointer)
             self._lib.TessBaseAPIClear(self._api)
 
 
 class ProgramEngine:
     """The ``tesseract`` program once per image (pytesseract), for hosts without the library."""
+
+    cancelled = False  # the program has no monitor to stop a read
 
     def __init__(self, settings: ReadSettings) -> None:
         import pytesseract
@@ -148,7 +196,8 @@ def serve(settings: ReadSettings, requests: BinaryIO, replies: BinaryIO) -> None
             try:
                 if settings.max_side:
                     rgb, width, height = downscale(rgb, width, height, settings.max_side)
-                status, message = 0, engine(rgb, width, height).encode()
+                message = engine(rgb, width, height).encode()
+                status = _CUT if engine.cancelled else 0
             except Exception as exc:
                 message = f"{type(exc).__name__}: {exc}".encode()
         replies.write(_REPLY.pack(status, len(message)) + message)
@@ -170,7 +219,8 @@ class _Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
         )
 
-    def read(self, index: int, rgb: bytes, width: int, height: int) -> str:
+    def read(self, index: int, rgb: bytes, width: int, height: int) -> tuple[str, bool]:
+        """The image's text, and whether the read was stopped (past ``max_words`` or ``cpu_limit_ms``)."""
         try:
             self.process.stdin.write(_REQUEST.pack(width, height, len(rgb)) + rgb)
             self.process.stdin.flush()
@@ -183,9 +233,9 @@ class _Worker:
             code = self.process.wait()
             raise RuntimeError(f"reward 'ocr': the Tesseract worker (pid {self.process.pid}) died "
                                f"reading image {index} (exit code {code})")
-        if status:
+        if status not in (0, _CUT):
             raise RuntimeError(f"reward 'ocr': Tesseract failed on image {index}: {message.decode()}")
-        return message.decode()
+        return message.decode(), status == _CUT
 
 
 def _stop(workers: list[_Worker]) -> None:
@@ -206,10 +256,11 @@ def _stop(workers: list[_Worker]) -> None:
 
 class TesseractPool:
     """``workers`` processes started on the first read and kept across reads until :meth:`close`
-    (or interpreter exit); a worker that died is replaced at the next read."""
+    (or interpreter exit); a worker that died is replaced at the next read. ``cut_reads`` counts the
+    images whose read was stopped past ``settings.max_words`` or ``cpu_limit_ms`` (they read as no text)."""
 
     def __init__(self, settings: ReadSettings, workers: int) -> None:
-        self.settings, self.workers = settings, workers
+        self.settings, self.workers, self.cut_reads = settings, workers, 0
         self._live: list[_Worker] = []
         self._lock = threading.Lock()  # one read at a time: each worker serves one request at a time
         weakref.finalize(self, _stop, self._live)
@@ -234,11 +285,13 @@ class TesseractPool:
                     if job is None:
                         return
                     index, image = job
-                    texts[index] = worker.read(index, *image)
+                    texts[index], cut[index] = worker.read(index, *image)
 
+            cut = [False] * len(images)
             with ThreadPoolExecutor(len(self._live)) as threads:
                 for future in [threads.submit(drain, w) for w in self._live]:
                     future.result()
+            self.cut_reads += sum(cut)
             return texts
 
     def pids(self) -> list[int]:

@@ -5,13 +5,17 @@
 Images (512², seeded): the quoted texts of ``builtin:ocr`` rendered in the DejaVu fonts at 18–64 px,
 dark on light, light on dark, on a sign over a smooth noisy scene (blurred, with pixel noise), with a
 one-letter typo; and images without text like an untrained model's output (flat colour, pixel noise,
-smooth and mid-frequency noise fields); with ``--images DIR``, a model's generated PNGs too. Batches of 16 like a 512² SANA step: ``early`` (no text),
-``text``, ``text2`` and ``mixed``. Each round times every variant on each batch in turn, the variants'
-order rotating from batch to batch, so a machine shared with other work slows all variants alike.
+smooth and mid-frequency noise fields); fields of fine horizontal stripes over 32-pixel colour blocks
+like a 512² SANA's rollouts after a few RL steps from random weights (``striped``); with ``--images
+DIR``, a model's generated PNGs too. Batches of 16 like a 512² SANA step: ``early`` (no text),
+``text``, ``text2``, ``mixed`` and ``striped``. Each round times every variant on each batch in turn,
+the variants' order rotating from batch to batch, so a machine shared with other work slows all
+variants alike.
 
 Accuracy vs ``today``: mean |reward difference| on the text and the no-text images, whether every
 image ``today`` reads exactly (reward 1) is still read exactly, and the mean reward vs the reward
-the rendered text should get (1, or the typo's hand-computed value).
+the rendered text should get (1, or the typo's hand-computed value). Per variant and batch: the
+median milliseconds per image and how many reads ``max_words`` or ``cpu_limit_ms`` stopped (first round).
 """
 
 from __future__ import annotations
@@ -33,17 +37,25 @@ SIZE = 512
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 PROMPTS = Path(__file__).resolve().parents[1] / "plugins/cosmos_sana_plugins/datasets/prompts/ocr.txt"
 
+#: the worker pool as it read before ``max_words`` and ``cpu_limit_ms``: every read to its end
+_LIBRARY: dict[str, Any] = {"engine": "library", "max_words": None, "cpu_limit_ms": None}
+
 #: name → TesseractBackend arguments (``today`` is the previous code: the program once per image)
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "today": None,
     "program_pool": {"engine": "program"},
-    "library": {"engine": "library"},
-    "library_psm11": {"engine": "library", "psm": 11},
-    "library_psm6": {"engine": "library", "psm": 6},
-    "library_psm7": {"engine": "library", "psm": 7},
-    "library_max384": {"engine": "library", "max_side": 384},
-    "library_max256": {"engine": "library", "max_side": 256},
-    "library_no_invert": {"engine": "library", "variables": {"tessedit_do_invert": "0"}},
+    "library": _LIBRARY,
+    "library_words150": {**_LIBRARY, "max_words": 150},
+    "library_words200": {**_LIBRARY, "max_words": 200},
+    "library_limit50": {**_LIBRARY, "cpu_limit_ms": 50},
+    "library_limit100": {**_LIBRARY, "cpu_limit_ms": 100},
+    "library_para_first": {**_LIBRARY, "variables": {"paragraph_text_based": "0"}},
+    "library_psm11": {**_LIBRARY, "psm": 11},
+    "library_psm6": {**_LIBRARY, "psm": 6},
+    "library_psm7": {**_LIBRARY, "psm": 7},
+    "library_max384": {**_LIBRARY, "max_side": 384},
+    "library_max256": {**_LIBRARY, "max_side": 256},
+    "library_no_invert": {**_LIBRARY, "variables": {"tessedit_do_invert": "0"}},
 }
 
 
@@ -80,6 +92,23 @@ def fonts() -> list[Path]:
 def smooth_noise(rng: np.random.Generator, grid: int) -> Image.Image:
     cells = (rng.random((grid, grid, 3)) * 255).astype(np.uint8)
     return Image.fromarray(cells).resize((SIZE, SIZE), Image.Resampling.BICUBIC)
+
+
+def striped(rng: np.random.Generator) -> Image.Image:
+    """Fine horizontal stripes over 32-pixel colour blocks, like a 512² SANA's rollouts after a few RL
+    steps from random weights: one colour with blocks a few levels apart; each row offset per channel
+    (a 16-row pattern plus noise) across the whole width, and again per 32-pixel column block; colour
+    varying slowly along each row. Tesseract segments such a field into hundreds of word candidates."""
+    cells = SIZE // 32
+    blocks = rng.integers(60, 200, 3) + rng.normal(0, 8, (cells, cells, 3))
+    image = np.repeat(np.repeat(blocks, 32, 0), 32, 1)
+    rows = np.tile(rng.normal(0, 20, (16, 3)), (SIZE // 16, 1)) + rng.normal(0, 15, (SIZE, 3))
+    image += rows[:, None, :] + np.repeat(rng.normal(0, 10, (SIZE, cells, 3)), 32, 1)
+    knots = rng.normal(0, 7, (SIZE, SIZE // 8 + 1, 3))  # along each row: linear between every 8th pixel
+    x = np.arange(SIZE) / 8
+    left, weight = x.astype(int), (x - x.astype(int))[None, :, None]
+    image += knots[:, left] * (1 - weight) + knots[:, left + 1] * weight
+    return Image.fromarray(image.clip(0, 255).astype(np.uint8))
 
 
 def typo(text: str, rng: np.random.Generator) -> str:
@@ -141,6 +170,8 @@ def render(kind: str, text: str, rng: np.random.Generator) -> tuple[Image.Image,
         return smooth_noise(rng, int(rng.integers(6, 24))), None
     if kind == "mid_noise":
         return smooth_noise(rng, int(rng.integers(48, 128))), None
+    if kind == "striped":
+        return striped(rng), None
     raise ValueError(f"unknown image kind {kind!r}")
 
 
@@ -149,7 +180,8 @@ BLANK_KINDS = ("flat", "pixel_noise", "smooth_noise", "mid_noise")
 
 
 def image_set(seed: int) -> dict[str, list[dict[str, Any]]]:
-    """Batches ``early`` (16 without text), ``text`` (2 × 16 with text) and ``mixed`` (8 + 8)."""
+    """Batches ``early`` (16 without text), ``text`` (2 × 16 with text), ``mixed`` (8 + 8) and ``striped``
+    (16; from a generator of their own, so the other batches are the same images with or without them)."""
     from cosmos_sana_plugins.rewards.ocr import target_text
 
     rng = np.random.default_rng(seed)
@@ -158,16 +190,19 @@ def image_set(seed: int) -> dict[str, list[dict[str, Any]]]:
     rng.shuffle(with_text)
     without = [(BLANK_KINDS[i % len(BLANK_KINDS)], texts[i % len(texts)]) for i in range(24)]
 
-    def item(kind: str, text: str) -> dict[str, Any]:
+    def item(kind: str, text: str, rng: np.random.Generator = rng) -> dict[str, Any]:
         image, ideal = render(kind, text, rng)
         return {"kind": kind, "target": text, "image": image, "ideal": ideal}
 
-    return {
+    batches = {
         "early": [item(*x) for x in without[:16]],
         "text": [item(*x) for x in with_text[:16]],
         "text2": [item(*x) for x in with_text[16:32]],
         "mixed": [item(*x) for x in with_text[32:40] + without[16:24]],
     }
+    striped_rng = np.random.default_rng([seed, 1])
+    batches["striped"] = [item("striped", texts[i % len(texts)], striped_rng) for i in range(16)]
+    return batches
 
 
 def generated(folder: Path) -> dict[str, list[dict[str, Any]]]:
@@ -243,14 +278,18 @@ def main() -> None:
         startup[name] = time.perf_counter() - began
     seconds: dict[str, dict[str, list[float]]] = {n: {b: [] for b in batches} for n in names}
     by_batch: dict[str, dict[str, list[str]]] = {n: {} for n in names}
+    cut: dict[str, dict[str, int]] = {n: {} for n in names}  # reads stopped by max_words or cpu_limit_ms, first round
     for round_ in range(options.repeats):
         for shift, (batch_name, batch) in enumerate(batches.items()):
             turn = (round_ + shift) % len(names)
             for name in names[turn:] + names[:turn]:
+                pool = getattr(backends[name], "pool", None)
+                cut_before = pool.cut_reads if pool else 0
                 began = time.perf_counter()
                 read = backends[name]([item["image"] for item in batch])
                 seconds[name][batch_name].append(time.perf_counter() - began)
                 by_batch[name].setdefault(batch_name, read)
+                cut[name].setdefault(batch_name, (pool.cut_reads if pool else 0) - cut_before)
     texts = {n: [t for b in batches for t in by_batch[n][b]] for n in names}
     for backend in backends.values():
         backend.close()
@@ -271,6 +310,8 @@ def main() -> None:
             "settings": VARIANTS[name],
             "startup_s": startup[name],
             "median_s_per_batch": {b: statistics.median(v) for b, v in seconds[name].items()},
+            "median_ms_per_image": {b: 1e3 * statistics.median(v) / len(batches[b]) for b, v in seconds[name].items()},
+            "reads_cut_at_cpu_limit": cut[name],
             "images_per_s": 1 / per_image[name],
             "speedup_vs_today": per_image["today"] / per_image[name],
             "same_text_as_today": sum(a == b for a, b in zip(texts[name], texts["today"])) / len(items),

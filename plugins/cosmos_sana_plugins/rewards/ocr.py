@@ -5,6 +5,11 @@ everything the backend reads. Both are lowercased with whitespace removed;
 distance = 0 when target ⊂ recognised, else Levenshtein(recognised, target), capped at
 len(target); reward = 1 − distance / len(target).
 
+Knowing differences from flow_grpo's OCR reward (the same formula over PaddleOCR's reading): the
+reader is Tesseract, and by default a page that Tesseract splits into more than ``max_words`` (150)
+word candidates reads as no text, so a target hidden in such clutter scores 0 where flow_grpo could
+score 1 (:class:`TesseractOptions`; ``max_words = None`` reads every page to its end).
+
 The recognition backend is pluggable: ``backend = "tesseract"`` (Tesseract 5 in worker processes
 that keep the language model loaded across calls, :mod:`.tesseract_pool`; its ``backend_args`` are
 :class:`TesseractOptions`) or ``"package.module:factory"``, where ``factory(**backend_args)``

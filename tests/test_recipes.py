@@ -74,13 +74,15 @@ def test_misspelt_timestep_fraction_is_caught(tmp_path):
 
 
 def test_speed_features_ship_on_only_where_a_launch_checked_them():
-    """The NFT recipe ships bf16 attention, the text K/V cache and compiled blocks (checked inside an H200
-    launch against the same launch without them); CUDA graphs stay off; the other recipes leave them off."""
+    """The NFT and Flow-GRPO recipes ship bf16 attention, the text K/V cache and compiled blocks (each
+    checked inside an H200 launch against the same launch without them); CUDA graphs stay off; the other
+    recipes, the tiny ones included, leave them off."""
     from cosmos_sana.config.rollout import SpeedOptions
 
-    speed = SpeedOptions(**load(TOML / "sana-image-nft.toml")["custom"]["rollout"]["speed"])
-    assert (speed.linear_attention, speed.cache_text_kv, speed.compile_blocks, speed.cuda_graph_max_batch) == \
-        ("bf16", True, True, 0)
-    for path in RECIPES:
-        if path != TOML / "sana-image-nft.toml":
-            assert "speed" not in load(path).get("custom", {}).get("rollout", {}), path.name
+    checked = {TOML / "sana-image-nft.toml", TOML / "sana-image-grpo.toml"}
+    for path in checked:
+        speed = SpeedOptions(**load(path)["custom"]["rollout"]["speed"])
+        assert (speed.linear_attention, speed.cache_text_kv, speed.compile_blocks, speed.cuda_graph_max_batch) == \
+            ("bf16", True, True, 0), path.name
+    for path in set(RECIPES) - checked:
+        assert "speed" not in load(path).get("custom", {}).get("rollout", {}), path.name

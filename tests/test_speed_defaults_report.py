@@ -181,3 +181,22 @@ def test_dry_run_resolves_each_configuration(tiny_image_pipeline_dir, tmp_path):
     assert {name: run["exit_status"] for name, run in report["runs"].items()} == {"off": 0, "all": 0}
     assert report["baseline_vs_reference"] == {"reference": str(reference), "steps_compared": [], "steps_missing": ["1"],
                                                "metrics_missing": {}, "max_abs_diff_per_step": {}, "identical": False}
+
+
+def test_relative_tolerance_sets_the_bar(runs, tmp_path):
+    """--relative-tolerance moves the pass mark of the first-step latents (bf16: 2^-8/√8 ≈ 1.4e-3,
+    compile: 2^-6/√8 ≈ 5.5e-3 relative); out-of-range values are refused by name."""
+    off, bf16, compile_ = runs
+    verdicts = {}
+    for tolerance in ("0.006", "0.001"):
+        out = tmp_path / f"r{tolerance}.json"
+        result = run_report("report", "--run", "off", str(off), "--run", "bf16", str(bf16), "--run", "compile",
+                            str(compile_), "--relative-tolerance", tolerance, "--json-out", str(out))
+        assert result.returncode == 0, result.stderr
+        report = json.loads(out.read_text())
+        assert report["relative_tolerance"] == float(tolerance)
+        verdicts[tolerance] = {name: report["runs"][name]["vs_baseline"]["rollout"]["within_tolerance"]
+                               for name in ("bf16", "compile")}
+    assert verdicts == {"0.006": {"bf16": True, "compile": True}, "0.001": {"bf16": False, "compile": False}}
+    bad = run_report("report", "--run", "off", str(off), "--relative-tolerance", "0")
+    assert bad.returncode == 2 and "--relative-tolerance must be between 0 and 1, not 0.0" in bad.stderr

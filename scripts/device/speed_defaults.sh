@@ -28,7 +28,8 @@
 #      configuration and writes it, nothing runs; needs MODEL), RECIPE (sana-image-nft: the RL recipe whose
 #      launcher, launchers/launch_rl_$RECIPE.sh, runs; the default REFERENCE is for sana-image-nft only),
 #      PORT_BASE (0; another instance beside this one on the same host needs its own, e.g. 10, and its own
-#      WORK: a second instance on a WORK in use stops at once, before deleting anything there).
+#      WORK: a second instance on a WORK in use stops at once, before deleting anything there),
+#      TOLERANCE (the first-step latents' relative-error bar; default per RECIPE, see below).
 set -uo pipefail
 cd -- "$(dirname -- "$0")/../.." || exit 2
 work=${WORK:-/tmp/speed-defaults}; out=${OUT:-$work/report}; mkdir -p "$work" "$out"
@@ -38,6 +39,12 @@ flock -n 9 || { echo "WORK $work is in use by another speed_defaults.sh; give th
 t0=$(date +%s)
 steps=${STEPS:-4}; size=${SIZE:-256}; budget=${BUDGET:-540}; dry=${DRY_RUN:-0}
 recipe=${RECIPE:-sana-image-nft}; port_base=${PORT_BASE:-0}
+# the first-step latents' bar per recipe: how far diffusers' stock bf16 path lies from fp32 maths under that
+# recipe's sampler (SANA-600M shapes, 256², CPU: results/2026-12-01-cpu-sampler-sensitivity.json); else
+# the bf16 attention's per-forward bound
+case $recipe in sana-image-nft) default_tolerance=0.0025 ;; sana-image-grpo) default_tolerance=0.0088 ;;
+  *) default_tolerance=0.005 ;; esac
+tolerance=${TOLERANCE:-$default_tolerance}
 launcher=launchers/launch_rl_$recipe.sh
 [[ -f $launcher ]] || { echo "RECIPE $recipe: no launcher $launcher" >&2; exit 2; }
 per_prompt=4  # rollout.n_generation = n_generation_mini_batch: the batch of every rollout forward (no CFG)
@@ -93,5 +100,6 @@ runs=()
 for name in "${configs[@]}"; do [[ -d $work/$name ]] && runs+=(--run "$name" "$work/$name"); done
 find "$work" -mindepth 2 \( -name "*.log" -o -name metrics.jsonl -o -name "*.resolved.toml" -o -name exit_status \) \
   -newermt "@$t0" -print0 | tar czf "$out/logs.tgz" --null -T - 2>/dev/null
-python "$report" report "${runs[@]}" ${reference:+--reference "$reference"} --json-out "$out/speed_defaults.json"
+python "$report" report "${runs[@]}" ${reference:+--reference "$reference"} --relative-tolerance "$tolerance" \
+  --json-out "$out/speed_defaults.json"
 echo "done at $(( $(date +%s) - t0 )) s"

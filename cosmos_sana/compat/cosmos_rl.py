@@ -10,6 +10,7 @@ import contextlib
 import io
 import os
 import sys
+import threading
 import types
 from typing import Any
 
@@ -203,6 +204,55 @@ def patch_remote_reward_not_ready() -> None:
 
     get_results._cosmos_sana_patch = True  # type: ignore[attr-defined]
     RemoteRewardCalculator.get_results = get_results
+
+
+#: longest blocking wait of one ``dequeue_rewards_cal`` call inside ``report_rollouts(block=True)``
+REWARD_DEQUEUE_WAIT_S = 0.1
+_blocking_report = threading.local()
+
+
+def patch_blocking_reward_wait() -> None:
+    """cosmos-rl 0.4.7's ``report_rollouts(block=True)``, which the colocated loop calls after every
+    rollout, polls ``RewardDispatcher.dequeue_rewards_cal`` in a loop without pausing (about a million
+    polls a second) until the local reward task ends. That thread then holds the GIL nearly all the
+    time, so every thread scoring the rewards (JPEG encoding, the OCR pool's pipe threads, the
+    scheduler) waits up to the interpreter's switch interval each time it wants the GIL back: on the
+    bench a chunk of 8 images took 0.9 s to score beside the loop instead of 0.38 s
+    (bench/README.md, "Where the rest of the reward wait goes"). Inside a blocking report the poll
+    now waits for the oldest local reward task itself (a lock wait, up to
+    :data:`REWARD_DEQUEUE_WAIT_S`, returning the moment the task ends), so results come as soon as
+    before; calls outside a blocking report, and remote rewards, poll as upstream does."""
+    import functools
+    from concurrent.futures import Future, wait
+
+    from cosmos_rl.reward.dispatcher import RewardDispatcher
+    from cosmos_rl.rollout.worker.rollout_control import DisaggregatedRolloutControlWorker
+
+    upstream_dequeue = RewardDispatcher.dequeue_rewards_cal
+    if getattr(upstream_dequeue, "_cosmos_sana_patch", False):
+        return
+    upstream_report = DisaggregatedRolloutControlWorker.report_rollouts
+
+    @functools.wraps(upstream_dequeue)
+    def dequeue_rewards_cal(self: Any) -> Any:
+        if getattr(_blocking_report, "active", False) and not getattr(self, "is_remote", False):
+            head = self.task_queue.queue[0] if not self.task_queue.empty() else None
+            if isinstance(head, Future):
+                wait([head], timeout=REWARD_DEQUEUE_WAIT_S)
+        return upstream_dequeue(self)
+
+    @functools.wraps(upstream_report)
+    def report_rollouts(self: Any, block: bool = False) -> Any:
+        outer = getattr(_blocking_report, "active", False)
+        _blocking_report.active = block
+        try:
+            return upstream_report(self, block=block)
+        finally:
+            _blocking_report.active = outer
+
+    dequeue_rewards_cal._cosmos_sana_patch = True  # type: ignore[attr-defined]
+    RewardDispatcher.dequeue_rewards_cal = dequeue_rewards_cal
+    DisaggregatedRolloutControlWorker.report_rollouts = report_rollouts
 
 
 #: environment variable: how long (ms) a Redis command read may block; see :func:`patch_command_poll`
@@ -465,6 +515,7 @@ def register_all(registry: PluginRegistry) -> None:
     register_data_packers(registry)
     register_tokenizer_loader()
     patch_remote_reward_not_ready()
+    patch_blocking_reward_wait()
     patch_colocated_resume()
     patch_command_poll()
     if startup_patches_enabled():

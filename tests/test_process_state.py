@@ -2,7 +2,7 @@
 docs/architecture.md, "Trainer–rollout link and process-wide state".
 
 Found on the AST (nothing is imported): a module-level name bound to an empty mutable container
-(``{}``, ``[]``, ``dict()``, ``set()``, ``OrderedDict()``, ``WeakKeyDictionary()`` …) or to an
+(``{}``, ``[]``, ``dict()``, ``set()``, ``OrderedDict()``, ``WeakKeyDictionary()``, ``threading.local()`` …) or to an
 instance of a class of the same module whose ``__init__`` sets attributes on ``self``, and a
 module-level function memoised by ``functools.cache`` / ``lru_cache`` (its cache lives as long as
 the process).
@@ -16,7 +16,8 @@ from pathlib import Path
 from test_architecture import REPO, ROOTS, module_files
 
 SECTION = "## Trainer–rollout link and process-wide state"
-CONTAINERS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
+CONTAINERS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet",
+              "local"}  # threading.local(): a store of its own in every thread
 MEMOISERS = {"cache", "lru_cache"}
 
 

@@ -130,6 +130,25 @@ def sft_setup(pipeline: str | Path, out: str | Path, dp: int) -> tuple[Any, list
     return config, [packer.sft_process_sample(dataset[i]) for i in range(len(dataset))]
 
 
+def single_process_sft_step(pipeline: Path, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The LoRA weights before and after one SFT step that one process takes on the whole 4-image batch
+    (σ and noise fixed): the reference the two-rank steps are held to."""
+    from fixtures_trainers import build_trainer
+
+    import cosmos_sana_plugins.trainers.sft as sft_module
+
+    real = sft_module.flow_matching_per_sample
+    try:
+        fixed_noise_sft()
+        config, batch = sft_setup(pipeline, out, dp=1)
+        trainer = build_trainer(config)
+        before = {k: v.detach().clone() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+        trainer.step_training(batch, total_steps=1, train_step=0, save_freq=10)
+    finally:
+        sft_module.flow_matching_per_sample = real
+    return before, {k: v.detach() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+
+
 def run_two_ranks(worker: str, pipeline: Path, tmp_path: Path) -> None:
     """``worker`` (its args: pipeline, output folder, this tests folder) on 2 ranks under torchrun."""
     script = tmp_path / "worker.py"
@@ -175,21 +194,7 @@ def test_two_fsdp_ranks_train_one_model(tmp_path: Path, tiny_image_pipeline_dir:
 def test_two_rank_sft_step_equals_one_process_on_the_whole_batch(tmp_path: Path, tiny_image_pipeline_dir: Path,
                                                                   cosmos_registries) -> None:
     run_two_ranks(SFT_WORKER, tiny_image_pipeline_dir, tmp_path)
-
-    from fixtures_trainers import build_trainer
-
-    import cosmos_sana_plugins.trainers.sft as sft_module
-
-    real = sft_module.flow_matching_per_sample
-    try:
-        fixed_noise_sft()
-        config, batch = sft_setup(tiny_image_pipeline_dir, tmp_path / "single", dp=1)
-        trainer = build_trainer(config)
-        before = {k: v.detach().clone() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
-        trainer.step_training(batch, total_steps=1, train_step=0, save_freq=10)
-    finally:
-        sft_module.flow_matching_per_sample = real
-    single = {k: v.detach() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+    before, single = single_process_sft_step(tiny_image_pipeline_dir, tmp_path / "single")
     ranks = [torch.load(tmp_path / f"sft_rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0].keys() == ranks[1].keys() == single.keys()
     assert any(not torch.equal(before[k], single[k]) for k in single)

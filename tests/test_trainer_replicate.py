@@ -244,22 +244,10 @@ SFT_WORKER = textwrap.dedent(
 def test_replicated_sft_step_equals_one_process_on_the_whole_batch(tmp_path: Path, tiny_image_pipeline_dir: Path,
                                                                   cosmos_registries) -> None:
     """Two replicas with two samples each take the step one process takes on all four (σ and noise fixed)."""
-    from test_trainer_fsdp import fixed_noise_sft, sft_setup
-
-    import cosmos_sana_plugins.trainers.sft as sft_module
-    from fixtures_trainers import build_trainer
+    from test_trainer_fsdp import single_process_sft_step
 
     run_two_ranks(SFT_WORKER, tiny_image_pipeline_dir, tmp_path)
-    real = sft_module.flow_matching_per_sample
-    try:
-        fixed_noise_sft()
-        config, batch = sft_setup(tiny_image_pipeline_dir, tmp_path / "single", dp=1)
-        trainer = build_trainer(config)
-        before = {k: v.detach().clone() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
-        trainer.step_training(batch, total_steps=1, train_step=0, save_freq=10)
-    finally:
-        sft_module.flow_matching_per_sample = real
-    single = {k: v.detach() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
+    before, single = single_process_sft_step(tiny_image_pipeline_dir, tmp_path / "single")
     ranks = [torch.load(tmp_path / f"sft_rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0].keys() == single.keys()
     assert any(not torch.equal(before[k], single[k]) for k in single)

@@ -36,7 +36,6 @@ import argparse
 import dataclasses
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -64,14 +63,15 @@ def relative(result: torch.Tensor, reference: torch.Tensor) -> float:
     return ((result - reference).norm() / reference.norm()).item()
 
 
-def recipe_settings(name: str, model: Any, size: int) -> Any:
+def recipe_sampler_settings(name: str, model: Any, size: int) -> Any:
     """``SamplerSettings`` of configuration ``name`` as the ``sana`` rollout derives them (no decode)."""
     from cosmos_rl.policy.config import SampleConfig
 
+    from cosmos_sana.config.recipe_file import read_toml
     from cosmos_sana_plugins.sana.sampling import sampler_settings
 
     recipe, overrides = CONFIGS[name]
-    raw = tomllib.loads((REPO / "toml" / f"{recipe}.toml").read_text(encoding="utf-8"))
+    raw = read_toml(REPO / "toml" / f"{recipe}.toml")
     rollout = {k: v for k, v in raw["custom"].get("rollout", {}).items() if k != "speed"}
     config = SimpleNamespace(
         policy=SimpleNamespace(diffusers=SimpleNamespace(
@@ -109,7 +109,7 @@ class Bench:
         )
         self.model.transformer.requires_grad_(False).eval()
         self.text = self.model.encode_text([PROMPTS[i % len(PROMPTS)] for i in range(args.samples)])
-        self.settings = {name: recipe_settings(name, self.model, args.size) for name in args.configs}
+        self.settings = {name: recipe_sampler_settings(name, self.model, args.size) for name in args.configs}
         shape = self.model.latent_shape(args.size, args.size)
         self.eps = torch.randn((1, *shape), generator=torch.Generator().manual_seed(1234)).to(args.device)
         self.runs: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in args.configs}

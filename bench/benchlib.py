@@ -128,8 +128,8 @@ def recipe_settings(path: Path = RECIPE) -> tuple[dict[str, Any], bool]:
     """A recipe's ``[custom.rollout.speed]`` table and whether it turns on gradient checkpointing
     (``policy.model_gradient_checkpointing``): what the benches' ``recipe`` variants run, so that they
     measure what a user of the shipped recipe gets."""
-    import tomllib
+    from cosmos_sana.config.recipe_file import read_toml
 
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data = read_toml(path)
     speed = data.get("custom", {}).get("rollout", {}).get("speed", {})
     return dict(speed), bool(data.get("policy", {}).get("model_gradient_checkpointing", False))

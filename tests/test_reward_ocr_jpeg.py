@@ -63,7 +63,8 @@ def test_tesseract_runs_one_worker_a_core_up_to_eight(monkeypatch):
         monkeypatch.setattr(ocr.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
         assert ocr.TesseractBackend().threads == expected
     assert ocr.TesseractBackend(threads=3).threads == 3
-    with pytest.raises(ValueError, match="threads\n  Input should be greater than or equal to 1"):
+    # refused with the reward's args, before any worker starts (the message names backend_args.threads)
+    with pytest.raises(ValueError, match=r"backend_args\.threads: Input should be greater than or equal to 1"):
         build("ocr", backend_args={"threads": 0})
 
 

@@ -88,7 +88,7 @@ def test_a_tiny_cpu_limit_returns_no_text_within_the_layout_time(render_text):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"max_words": 0}, r"max_words\n  Input should be greater than or equal to 1"),
+        ({"max_words": -1}, r"max_words\n  Input should be greater than or equal to 0"),
         ({"max_words": "many"}, r"max_words\n  Input should be a valid integer"),
         ({"cpu_limit_ms": 0}, r"cpu_limit_ms\n  Input should be greater than 0"),
         ({"cpu_limit_ms": float("inf")}, r"cpu_limit_ms\n  Input should be a finite number"),
@@ -106,3 +106,27 @@ def test_limits_default_and_are_off_for_the_program():
     program = TesseractBackend(threads=1, engine="program")  # the default max_words is not applied to it
     assert (program.settings.max_words, program.settings.cpu_limit_ms) == (None, None)
     assert TesseractOptions(engine="program", max_words=None, cpu_limit_ms=None).engine == "program"
+
+
+def test_max_words_zero_is_no_limit():
+    """A recipe cannot write None (TOML has no null): ``max_words = 0`` is how it reads every page to its end."""
+    assert TesseractOptions(max_words=0).max_words is None
+    assert TesseractOptions(engine="program", max_words=0).max_words is None  # no limit: fine for the program
+    backend = TesseractBackend(threads=1, max_words=0)
+    try:
+        assert backend.settings.max_words is None
+    finally:
+        backend.close()
+
+
+def test_recipe_validation_checks_the_tesseract_backend_args():
+    """`cosmos-sana validate` refuses a bad or misspelt `backend_args` key of the built-in backend, naming
+    it, instead of the reward failing when first built inside a launch; a custom backend's are its own."""
+    from cosmos_sana_plugins.rewards.ocr import OcrOptions
+
+    with pytest.raises(ValueError, match=r"backend_args\.max_words: Input should be greater than or equal to 0"):
+        OcrOptions(backend_args={"max_words": -3})
+    with pytest.raises(ValueError, match=r"backend_args\.max_word: Extra inputs are not permitted"):
+        OcrOptions(backend_args={"max_word": 10})
+    assert OcrOptions(backend_args={"max_words": 0, "psm": 11}).backend_args == {"max_words": 0, "psm": 11}
+    assert OcrOptions(backend="mypkg.ocr:make", backend_args={"anything": 1}).backend_args == {"anything": 1}

@@ -8,7 +8,7 @@ len(target); reward = 1 − distance / len(target).
 Knowing differences from flow_grpo's OCR reward (the same formula over PaddleOCR's reading): the
 reader is Tesseract, and by default a page that Tesseract splits into more than ``max_words`` (150)
 word candidates reads as no text, so a target hidden in such clutter scores 0 where flow_grpo could
-score 1 (:class:`TesseractOptions`; ``max_words = None`` reads every page to its end).
+score 1 (:class:`TesseractOptions`; ``max_words = 0`` reads every page to its end).
 
 The recognition backend is pluggable: ``backend = "tesseract"`` (Tesseract 5 in worker processes
 that keep the language model loaded across calls, :mod:`.tesseract_pool`; its ``backend_args`` are
@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cosmos_sana.config.base import StrictModel
 from cosmos_sana.rewards.scorers import MediaError
@@ -36,6 +36,19 @@ Recognize = Callable[[list[Any]], list[str]]
 class OcrOptions(StrictModel):
     backend: str = Field(default="tesseract", description="'tesseract' or 'package.module:factory'")
     backend_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the backend factory")
+
+    @model_validator(mode="after")
+    def _tesseract_args_are_checked(self) -> OcrOptions:
+        """The built-in backend's ``backend_args`` are checked with the rest of the recipe (a typo or a bad
+        value is refused by ``cosmos-sana validate``, not when the reward is first built)."""
+        if self.backend == "tesseract":
+            try:
+                TesseractOptions.model_validate(self.backend_args)
+            except ValidationError as error:
+                raise ValueError("; ".join(
+                    f"backend_args.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
+                )) from None
+        return self
 
 
 def target_text(prompt: str) -> str:
@@ -92,7 +105,8 @@ class TesseractOptions(StrictModel):
     Tesseract's paragraph detection after recognition, which nothing can interrupt; stopped at the first
     candidate they cost their layout analysis, ~0.05–0.1 s (bench/README.md, "OCR reward read time").
     Photos and screenshots with real text measured 8–87 candidates, the bench's signs 1–7. A dense page
-    of small text can exceed 150: raise it, or ``None`` reads every page to its end as before.
+    of small text can exceed 150: raise it, or ``0`` (``None`` from Python) reads every page to its end
+    as before.
     ``cpu_limit_ms`` (default None) stops a read once its worker has spent that much CPU time on it (the
     image then reads as no text); it is checked only during recognition, so it bounds images with many
     real word candidates, not the stripe fields, whose cost comes after recognition. Both need the
@@ -105,9 +119,9 @@ class TesseractOptions(StrictModel):
         default=None, ge=32, description="downscale images whose longer side exceeds this before reading (None: never)"
     )
     max_words: int | None = Field(
-        default=150, ge=1,
+        default=150, ge=0,
         description="an image that layout analysis splits into more word candidates reads as no text, "
-        "without recognising them (library engine; None: no limit, as before; see the class docstring)",
+        "without recognising them (library engine; 0 or None: no limit, as before; see the class docstring)",
     )
     cpu_limit_ms: float | None = Field(
         default=None, gt=0,
@@ -129,12 +143,18 @@ class TesseractOptions(StrictModel):
             raise ValueError(f"psm must be one of {TEXT_PSMS} (modes that return text), got {psm}")
         return psm
 
+    @field_validator("max_words")
+    @classmethod
+    def _zero_is_no_limit(cls, max_words: int | None) -> int | None:
+        """0 means no limit: the form a recipe can write (TOML has no null)."""
+        return None if max_words == 0 else max_words
+
     @model_validator(mode="after")
     def _limits_need_the_library(self) -> TesseractOptions:
         for key in ("max_words", "cpu_limit_ms"):
             if self.engine == "program" and key in self.model_fields_set and getattr(self, key) is not None:
                 raise ValueError(f"{key} needs the library engine (the tesseract program cannot be stopped "
-                                 f"mid-read); set engine = 'library' or 'auto', or {key} = None")
+                                 f"mid-read); set engine = 'library' or 'auto', or leave {key} out")
         return self
 
 

@@ -324,6 +324,7 @@ def main() -> None:
             write_json(result, args.json_out, quiet=True)
         transformer = trainer.model.transformer
         for variant in args.variants:
+            torch._dynamo.reset()  # each variant compiles afresh, as in its own launch (no recompile limit hit)
             fast_denoise.restore(trainer.model)
             transformer.disable_gradient_checkpointing()
             options = fast_denoise.SpeedOptions(**VARIANTS[variant], compile_backend=args.compile_backend)

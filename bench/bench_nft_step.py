@@ -221,13 +221,18 @@ class UpstreamNFT:
             copy_weights_with_decay(src_params=self.params["default"], tgt_params=self.params["old"], decay=decay)
 
     def iteration_flops(self) -> float:
-        """FLOPs of one 3-forward + 1-backward iteration over the batch (counted, not modelled)."""
+        """FLOPs of one 3-forward + 1-backward iteration over the batch (counted, not modelled), with
+        gradient checkpointing off while counting: its recomputed forward is not useful work."""
         from torch.utils.flop_counter import FlopCounterMode
 
+        checkpointing = self.transformer.is_gradient_checkpointing
+        self.transformer.disable_gradient_checkpointing()
         self.transformer.train()
         with torch.enable_grad(), FlopCounterMode(display=False) as counter:
             self.iteration(self.x0, self.embeds, self.mask, self.grid_timesteps[:, 0], self.advantages, 1.0)
         self.trainer.optimizers.zero_grad()
+        if checkpointing:
+            self.transformer.enable_gradient_checkpointing()
         return float(counter.get_total_flops())
 
 

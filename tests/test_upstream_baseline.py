@@ -217,7 +217,10 @@ def test_dry_run_gives_both_launches_the_same_settings(tiny_image_pipeline_dir, 
             16, 8, 8)
         assert (train["ckpt"]["enable_checkpoint"], train["ema_enable"], train["train_policy"]["kl_beta"]) == (
             False, True, 1e-4)
-        assert config["policy"]["model_gradient_checkpointing"] is True
+    # upstream's recipe checkpoints; ours runs with its recipe's default (off since the speed defaults)
+    assert up["policy"]["model_gradient_checkpointing"] is True
+    shipped = tomllib.loads((Path(__file__).resolve().parents[1] / "toml" / "sana-image-nft.toml").read_text())
+    assert ours["policy"]["model_gradient_checkpointing"] is shipped["policy"]["model_gradient_checkpointing"] is False
     remote = up["train"]["train_policy"]["remote_reward"]
     assert remote["reward_fns"] == [{"name": "jpeg_compressibility", "weight": 1.0}]
     assert ours["custom"]["rewards"] == [{"name": "jpeg_compressibility"}]

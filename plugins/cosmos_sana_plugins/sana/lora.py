@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import json
 import warnings
+import weakref
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -123,25 +125,78 @@ def adapter_parameters(transformer: torch.nn.Module, name: str) -> dict[str, tor
     return params
 
 
+@dataclass(frozen=True)
+class _LoraLayout:
+    """The LoRA layers of one transformer, found for the ``peft_config`` entries it had then.
+
+    diffusers' ``add_adapter`` / ``delete_adapters`` / ``load_lora_adapter`` / ``unload_lora`` all change
+    ``peft_config``, so a layout whose ``(name, config object)`` pairs still match it still names every
+    layer. Layers and their adapter containers are kept, never parameters: FSDP2's ``fully_shard`` keeps
+    the module objects (changing only their class) but replaces the parameters they hold.
+    """
+
+    configs: tuple[tuple[str, Any], ...]
+    layers: tuple[Any, ...]  # every PEFT BaseTunerLayer, in module order
+    containers: tuple[Any, ...]  # their ``adapter_layer_names`` dicts ({adapter: module or Parameter})
+
+    def matches(self, configs: dict[str, Any]) -> bool:
+        return len(configs) == len(self.configs) and all(
+            name == known and config is known_config
+            for (name, config), (known, known_config) in zip(configs.items(), self.configs)
+        )
+
+
+_LAYOUTS: weakref.WeakKeyDictionary[torch.nn.Module, _LoraLayout] = weakref.WeakKeyDictionary()
+
+
+def _layout(transformer: torch.nn.Module, configs: dict[str, Any]) -> _LoraLayout:
+    layout = _LAYOUTS.get(transformer)
+    if layout is None or not layout.matches(configs):
+        layers = tuple(layer for _, layer in _tuner_layers(transformer))
+        containers = tuple(  # an empty one stays empty until an adapter is added, which changes peft_config
+            container
+            for layer in layers
+            for name in layer.adapter_layer_names
+            if len(container := getattr(layer, name))
+        )
+        layout = _LoraLayout(tuple(configs.items()), layers, containers)
+        _LAYOUTS[transformer] = layout
+    return layout
+
+
+def _tensors(item: torch.nn.Module | torch.nn.Parameter) -> Iterable[torch.Tensor | None]:
+    """The parameters ``item.requires_grad_`` sets (None: an unset one, e.g. ``bias``); a module without
+    submodules straight from its own dict."""
+    if isinstance(item, torch.nn.Module):
+        return item._parameters.values() if not item._modules else item.parameters()
+    return (item,)
+
+
 def activate(transformer: torch.nn.Module, active: str | None, trainable: str | None) -> None:
     """Forward with adapter ``active`` (None: the base model); only ``trainable``'s params need grad.
 
-    One pass over the LoRA layers (a training step switches adapters several times per
-    forward triple, so this runs on the hot path).
+    Leaves each LoRA layer as PEFT's ``enable_adapters(active is not None)`` followed (for an
+    adapter) by ``set_adapter(active)`` does — ``_disable_adapters``, and ``_active_adapter = [active]``
+    — with ``requires_grad`` then equal to ``name == trainable`` for every adapter tensor. A training
+    step switches several times per iteration, so this walks only the layers found once per set of
+    adapters (see :class:`_LoraLayout`) and flips only the ``requires_grad`` flags that differ.
     """
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    if active is not None and active not in transformer.peft_config:
-        raise ValueError(f"unknown adapter {active!r}; adapters are {list(transformer.peft_config)}")
-    for layer in transformer.modules():
-        if not isinstance(layer, BaseTunerLayer):
-            continue
-        layer.enable_adapters(active is not None)
-        if active is not None:
-            layer.set_adapter(active)  # PEFT makes the active adapter trainable; reset below
-        for layer_name in layer.adapter_layer_names:
-            for name, item in getattr(layer, layer_name).items():
-                item.requires_grad_(name == trainable)
+    configs = getattr(transformer, "peft_config", {})
+    if active is not None and active not in configs:
+        raise ValueError(f"unknown adapter {active!r}; adapters are {list(configs)}")
+    layout = _layout(transformer, configs)
+    disabled = active is None
+    for layer in layout.layers:
+        if layer._disable_adapters != disabled:
+            layer._disable_adapters = disabled
+        if not disabled:  # a list of its own per layer, as PEFT's set_adapter makes: compiled blocks
+            layer._active_adapter = [active]  # guard on whether layers share that list
+    for container in layout.containers:
+        for name, item in container.items():
+            wanted = name == trainable
+            for tensor in _tensors(item):
+                if tensor is not None and tensor.requires_grad is not wanted:
+                    tensor.requires_grad_(wanted)
 
 
 @torch.no_grad()

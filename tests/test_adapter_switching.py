@@ -213,3 +213,30 @@ def test_switching_after_fully_shard_sets_the_sharded_parameters():
             assert torch.equal(_output(ours), _output(reference)), where
     finally:
         dist.destroy_process_group()
+
+
+def test_activate_leaves_what_the_per_layer_peft_calls_it_replaced_left(monkeypatch):
+    """The bench's ``peft_per_layer`` is ``activate`` as it was before caching (PEFT's ``enable_adapters`` and
+    ``set_adapter`` on every layer): same flags, lists and grads, and, as there, no two layers share one
+    ``_active_adapter`` list (compiled blocks guard on that sharing)."""
+    import importlib.util
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    monkeypatch.syspath_prepend(str(bench))
+    spec = importlib.util.spec_from_file_location("bench_adapter_switching", bench / "bench_adapter_switching.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    ours, before = _transformer(), _transformer()
+    for active in module.SEQUENCE + ("old", None, None, "old"):
+        lora_utils.activate(ours, active, "default")
+        module.peft_per_layer(before, active, "default")
+        assert _layer_flags(ours) == _layer_flags(before) and _grad_flags(ours) == _grad_flags(before), active
+        assert torch.equal(_output(ours), _output(before)), active
+        lists = [layer._active_adapter for _, layer in lora_utils._tuner_layers(ours)]
+        assert len({id(names) for names in lists}) == len(lists), active
+    timed = module.rows(ours)
+    assert set(timed) == {"activate", "peft_per_layer", "upstream"}
+    for iteration in timed.values():
+        iteration()

@@ -139,11 +139,37 @@ def text_kv_enabled(transformer: torch.nn.Module) -> bool:
 
 def text_keys_values(transformer: torch.nn.Module, text: TextConditioning) -> list[KeyValue]:
     """Every block's cross-attention keys and values for ``text``, as the transformer's forward
-    computes them (caption projection and norm, then each block's ``to_k``/``to_v``)."""
-    embeds = text.embeds.to(transformer.dtype)
-    context = transformer.caption_projection(embeds)
-    context = transformer.caption_norm(context.view(embeds.shape[0], -1, context.shape[-1]))
-    return [attention_keys_values(block.attn2, context) for block in _blocks(transformer)]
+    computes them (caption projection and norm, then each block's ``to_k``/``to_v``).
+
+    These calls bypass the FSDP2 hooks of the transformer and its blocks, so a sharded model's
+    weights are all-gathered here, one FSDP unit at a time (a collective: every rank computes its
+    keys and values at the same point of sampling, as it runs each forward). The text goes in at
+    the gathered weights' dtype, which FSDP's mixed precision (``train.param_dtype``) sets."""
+    with gathered(transformer, transformer.caption_projection, transformer.caption_norm):
+        embeds = text.embeds.to(next(transformer.caption_projection.parameters()).dtype)
+        context = transformer.caption_projection(embeds)
+        context = transformer.caption_norm(context.view(embeds.shape[0], -1, context.shape[-1]))
+    pairs = []
+    for block in _blocks(transformer):
+        with gathered(block, block.attn2):
+            pairs.append(attention_keys_values(block.attn2, context))
+    return pairs
+
+
+@contextlib.contextmanager
+def gathered(*modules: torch.nn.Module) -> Iterator[None]:
+    """The full weights of those ``modules`` that FSDP2 shards (``fully_shard`` units) registered
+    on them, sharded again afterwards; other modules are left as they are."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in modules if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.unshard()
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
 
 
 def text_kv_parameters(transformer: torch.nn.Module) -> list[torch.nn.Parameter]:

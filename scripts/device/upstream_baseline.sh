@@ -39,7 +39,8 @@
 # Kept as upstream has them (part of what is measured): its resolution binning (on a sample_size-32 model a
 # 512² request is sampled and trained at 1024², resized for the reward; the JSON's settings say which size),
 # the 10 s Redis command block of its colocated loop, its start-up and shutdown, gradient checkpointing
-# (both recipes turn it on), EMA, its masks and group slicing.
+# (each side as its recipe sets it: upstream's on; ours off since 2026-12-01, on in earlier runs of
+# this script), EMA, its masks and group slicing.
 # Env: STEPS (8), TIMEOUT per launch (240), BUDGET (510: seconds this script may run in all, i.e. a 600 s
 #      device call less ~65 s of setup and a margin; a launch gets at most what is left less 40 s for its
 #      shutdown and the report), PRESET (sana-1600m),

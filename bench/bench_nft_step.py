@@ -14,7 +14,8 @@ without grad, policy forward + backward) over ``batch`` samples, one optimizer s
   needs a process group, CUDA streams and a full cosmos-rl launch): PEFT ``set_adapter`` /
   ``disable_adapters`` switching, its loss and metrics, its text-mask argument. One deviation:
   the noised latents are cast to the transformer dtype (upstream passes fp32 latents to a bf16
-  model, which its conv patch embedding rejects).
+  model, which its conv patch embedding rejects). It runs on our trainer's transformer, so with
+  toml/sana-image-nft.toml's gradient-checkpointing setting (upstream's own recipe turns it on).
 * ``ours/<variant>`` — our registered ``sana_nft`` trainer's ``step_training`` on rollouts built
   from the same tensors: ``plain`` as configured, ``fast`` with ``fast_denoise`` (bf16 linear
   attention, compiled blocks), ``fast_checkpointing`` plus gradient checkpointing, ``recipe`` what

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,8 @@ LOSSES = ("train/loss", "train/policy_loss", "train/kl_loss")
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_speed_features_train_like_plain_on_two_fsdp_ranks(tmp_path: Path, tiny_image_pipeline_dir: Path,
                                                             name: str) -> None:
+    recipe = tomllib.loads((Path(__file__).resolve().parents[1] / "toml" / f"{name}.toml").read_text())
+    assert SHIPPED[name] is recipe["policy"]["model_gradient_checkpointing"], name  # the run follows the recipe
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     fixtures_ranks.run_two_ranks(script, tiny_image_pipeline_dir, tmp_path, Path(__file__).resolve().parent, name)

@@ -158,6 +158,25 @@ def test_adapters_added_or_deleted_after_a_switch_are_seen():
     assert not torch.equal(_assert_same(ours, reference, "default", "'extra' added again"), with_extra)
 
 
+def test_layers_rebuilt_under_the_same_configs_are_found_again():
+    """``unload_lora`` then ``add_adapter`` with the very config objects of before leaves ``peft_config``'s
+    pairs as they were but puts new LoRA layers in: switching must act on the new ones."""
+    ours, reference = _transformer(), _transformer()
+    lora_utils.activate(ours, "default", "default")
+    for transformer in (ours, reference):
+        configs = dict(transformer.peft_config)
+        transformer.unload_lora()
+        for name, config in configs.items():
+            transformer.add_adapter(config, adapter_name=name)
+        _randomise(transformer, "default", 7)
+        _randomise(transformer, "old", 8)
+        assert all(a is b for a, b in zip(transformer.peft_config.values(), configs.values()))
+    for active in ("old", None, "default"):
+        lora_utils.activate(ours, active, "default")
+        reference_switch(reference, active, "default")
+        _assert_same(ours, reference, "default", f"after rebuilding the layers, {active!r}")
+
+
 def test_switching_inside_compiled_blocks_reuses_their_graphs():
     """Blocks compiled in place (``fast_denoise.compile_blocks``) guard on the LoRA layers' flags: after
     one NFT iteration has compiled each (adapter state, grad mode), further switching compiles nothing."""

@@ -131,19 +131,28 @@ class _LoraLayout:
 
     diffusers' ``add_adapter`` / ``delete_adapters`` / ``load_lora_adapter`` / ``unload_lora`` all change
     ``peft_config``, so a layout whose ``(name, config object)`` pairs still match it still names every
-    layer. Layers and their adapter containers are kept, never parameters: FSDP2's ``fully_shard`` keeps
+    layer; the first layer is also checked to still sit at its path, which catches layers rebuilt under
+    the same config objects (e.g. ``unload_lora`` then ``add_adapter`` again with the old configs).
+    Layers and their adapter containers are kept, never parameters: FSDP2's ``fully_shard`` keeps
     the module objects (changing only their class) but replaces the parameters they hold.
     """
 
     configs: tuple[tuple[str, Any], ...]
     layers: tuple[Any, ...]  # every PEFT BaseTunerLayer, in module order
     containers: tuple[Any, ...]  # their ``adapter_layer_names`` dicts ({adapter: module or Parameter})
+    first_path: str | None  # where ``layers[0]`` sits in the transformer (None: no layers)
 
-    def matches(self, configs: dict[str, Any]) -> bool:
-        return len(configs) == len(self.configs) and all(
+    def matches(self, transformer: torch.nn.Module, configs: dict[str, Any]) -> bool:
+        same_configs = len(configs) == len(self.configs) and all(
             name == known and config is known_config
             for (name, config), (known, known_config) in zip(configs.items(), self.configs)
         )
+        if not same_configs or self.first_path is None:
+            return same_configs
+        try:
+            return transformer.get_submodule(self.first_path) is self.layers[0]
+        except AttributeError:
+            return False
 
 
 _LAYOUTS: weakref.WeakKeyDictionary[torch.nn.Module, _LoraLayout] = weakref.WeakKeyDictionary()
@@ -151,15 +160,16 @@ _LAYOUTS: weakref.WeakKeyDictionary[torch.nn.Module, _LoraLayout] = weakref.Weak
 
 def _layout(transformer: torch.nn.Module, configs: dict[str, Any]) -> _LoraLayout:
     layout = _LAYOUTS.get(transformer)
-    if layout is None or not layout.matches(configs):
-        layers = tuple(layer for _, layer in _tuner_layers(transformer))
+    if layout is None or not layout.matches(transformer, configs):
+        found = list(_tuner_layers(transformer))
+        layers = tuple(layer for _, layer in found)
         containers = tuple(  # an empty one stays empty until an adapter is added, which changes peft_config
             container
             for layer in layers
             for name in layer.adapter_layer_names
             if len(container := getattr(layer, name))
         )
-        layout = _LoraLayout(tuple(configs.items()), layers, containers)
+        layout = _LoraLayout(tuple(configs.items()), layers, containers, found[0][0] if found else None)
         _LAYOUTS[transformer] = layout
     return layout
 

@@ -101,7 +101,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "bench": "adapter_switching",
         "env": environment(torch.device(args.device)),
-        "preset": args.preset, "dtype": args.dtype, "lora_rank": args.lora_rank, "sequence": list(SEQUENCE),
+        "config": {k: v for k, v in vars(args).items() if k != "json_out"}, "sequence": list(SEQUENCE),
         "modules": sum(1 for _ in transformer.modules()),
         "lora_layers": sum(1 for _ in _tuner_layers(transformer)),
         "build_s": time.perf_counter() - began,

@@ -229,11 +229,13 @@ class UpstreamNFT:
         checkpointing = self.transformer.is_gradient_checkpointing
         self.transformer.disable_gradient_checkpointing()
         self.transformer.train()
-        with torch.enable_grad(), FlopCounterMode(display=False) as counter:
-            self.iteration(self.x0, self.embeds, self.mask, self.grid_timesteps[:, 0], self.advantages, 1.0)
-        self.trainer.optimizers.zero_grad()
-        if checkpointing:
-            self.transformer.enable_gradient_checkpointing()
+        try:
+            with torch.enable_grad(), FlopCounterMode(display=False) as counter:
+                self.iteration(self.x0, self.embeds, self.mask, self.grid_timesteps[:, 0], self.advantages, 1.0)
+            self.trainer.optimizers.zero_grad()
+        finally:
+            if checkpointing:
+                self.transformer.enable_gradient_checkpointing()
         return float(counter.get_total_flops())
 
 

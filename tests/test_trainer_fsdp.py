@@ -1,8 +1,9 @@
 """Two data-parallel ranks (FSDP2 over gloo on CPU, sharded by cosmos-rl's own ``parallelize``).
 
 * RL: the colocated loop (rollout, reward, Diffusion-NFT step with LoRA ``default``/``old``, EMA, DCP
-  checkpoint, final export). FSDP averages the ranks' gradients, so identical weights on both ranks
-  after different local batches show the reduction ran.
+  checkpoint, final export). That FSDP reduces the gradients over the ranks is shown on each rank's own
+  shard (the full weights every rank gathers are the same whether or not it did): the first step, rerun
+  with rank 1's loss multiplied by 0, changes rank 0's gradient shard, and leaves rank 1's nonzero.
 * SFT: with σ and noise fixed, one step on two ranks of two samples each must equal one step in a
   single process on all four (the data-parallel gradient is the global mean)."""
 
@@ -28,7 +29,7 @@ WORKER = textwrap.dedent(
 
     sys.path.insert(0, sys.argv[3])
     from fixtures_trainers import recipe
-    from test_trainer_fsdp import use_cpu_mesh
+    from test_trainer_fsdp import first_gradient_without_rank1_loss, record_first_gradient, use_cpu_mesh
     from cosmos_sana_plugins.trainers.local_loop import build_components, run_local
 
     pipeline, out = sys.argv[1], sys.argv[2]
@@ -42,6 +43,7 @@ WORKER = textwrap.dedent(
     config = recipe("sana-image-nft", pipeline, out, overrides)
     use_cpu_mesh()
     trainer, rollout = build_components(config)
+    first_gradient = record_first_gradient(trainer)
     before = {k: v.full_tensor().clone() for k, v in trainer.model.transformer.named_parameters() if v.requires_grad}
     reports = run_local(config, 2, (trainer, rollout))
     trainer.save_checkpoint(2, 2, 0, is_final=True)  # DCP from both ranks + the final LoRA export
@@ -49,7 +51,9 @@ WORKER = textwrap.dedent(
     state = get_model_state_dict(trainer.model.transformer, options=full)
     lora = {k: v for k, v in state.items() if "lora_" in k}
     ema = {k: v.full_tensor() for k, v in trainer.ema.shadow.items()}
-    torch.save({"lora": lora, "ema": ema, "before": before, "reports": reports}, f"{out}/rank{rank}.pt")
+    rank1_silent = first_gradient_without_rank1_loss(pipeline, f"{out}/rank1_silent", overrides)
+    torch.save({"lora": lora, "ema": ema, "before": before, "reports": reports, "first_gradient": first_gradient,
+                "rank1_silent": rank1_silent}, f"{out}/rank{rank}.pt")
     dist.barrier()  # tear down together: a rank leaving early aborts the other in gloo
     dist.destroy_process_group()
     """
@@ -77,7 +81,8 @@ SFT_WORKER = textwrap.dedent(
     trainer.step_training(batch[2 * rank : 2 * rank + 2], total_steps=1, train_step=0, save_freq=10)
     trainer.checkpointing(total_steps=1, train_step=1, save_freq=10, is_last_step=True)
     state = get_model_state_dict(trainer.model.transformer, options=StateDictOptions(full_state_dict=True))
-    torch.save({k: v for k, v in state.items() if "lora_" in k}, f"{out}/sft_rank{rank}.pt")
+    if rank == 0:  # every rank gathers the same full weights
+        torch.save({k: v for k, v in state.items() if "lora_" in k}, f"{out}/sft_rank0.pt")
     dist.barrier()
     dist.destroy_process_group()
     """
@@ -96,6 +101,43 @@ def use_cpu_mesh() -> None:
         return dims
 
     ParallelDims.from_config = on_cpu
+
+
+def record_first_gradient(trainer: Any) -> dict[str, torch.Tensor | None]:
+    """Filled in when ``trainer``'s first optimizer step starts: this rank's shard of each trainable
+    gradient (FSDP has reduced the gradients over the ranks by then; None: no gradient reached it)."""
+    shards: dict[str, torch.Tensor | None] = {}
+    optimizer_step = trainer.optimizer_step
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        if not shards:
+            for name, param in trainer.model.transformer.named_parameters():
+                if param.requires_grad:
+                    shards[name] = None if param.grad is None else param.grad.to_local().clone()
+        return optimizer_step(*args, **kwargs)
+
+    trainer.optimizer_step = recording
+    return shards
+
+
+def first_gradient_without_rank1_loss(pipeline: str, out: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The RL worker's first step again, from the same seeds and so the same weights and rollouts, except
+    that rank 1 back-propagates its loss times 0: this rank's shard of the first reduced gradient
+    (:func:`record_first_gradient`) and the step's report. Rank 0's own data and gradient are those of
+    the first run, so its shard can change only through the reduction over the ranks."""
+    import torch.distributed as dist
+
+    from fixtures_trainers import recipe
+    from cosmos_sana_plugins.trainers.local_loop import build_components, run_local
+
+    config = recipe("sana-image-nft", pipeline, out, {**overrides, "train.ckpt.enable_checkpoint": False})
+    trainer, rollout = build_components(config)
+    if dist.get_rank() == 1:
+        backward = trainer.backward
+        trainer.backward = lambda loss, *, last: backward(loss * 0, last=last)
+    shards = record_first_gradient(trainer)
+    reports = run_local(config, 1, (trainer, rollout))
+    return {"first_gradient": shards, "report": reports[0]}
 
 
 def fixed_noise_sft() -> None:
@@ -149,6 +191,11 @@ def single_process_sft_step(pipeline: Path, out: Path) -> tuple[dict[str, Any], 
     return before, {k: v.detach() for k, v in trainer.model.transformer.named_parameters() if "lora_" in k}
 
 
+def norm(tensors: Any) -> torch.Tensor:
+    """The 2-norm of ``tensors`` taken as one vector."""
+    return torch.cat([t.flatten() for t in tensors]).norm()
+
+
 def run_two_ranks(worker: str, pipeline: Path, tmp_path: Path) -> None:
     """``worker`` (its args: pipeline, output folder, this tests folder) on 2 ranks under torchrun."""
     script = tmp_path / "worker.py"
@@ -164,14 +211,28 @@ def test_two_fsdp_ranks_train_one_model(tmp_path: Path, tiny_image_pipeline_dir:
     assert ranks[0]["reports"][0]["reward/mean"] != ranks[1]["reports"][0]["reward/mean"]
     for report in ranks[0]["reports"] + ranks[1]["reports"]:
         assert torch.isfinite(torch.tensor(report["train/loss"]))
-    lora0, lora1 = ranks[0]["lora"], ranks[1]["lora"]
-    assert lora0 and lora0.keys() == lora1.keys()
+    # FSDP reduced the gradients over the ranks. Rerun with rank 1's loss times 0 (same rollouts and
+    # losses), the first step gives rank 0 another gradient shard: rank 1's gradient reached it; and
+    # rank 1 still a nonzero one: rank 0's reached it. Without the reduction the first would be equal,
+    # the second 0. (That the reduction averages rather than sums: the SFT test below.)
+    # Measured: 0.98 and 0.53 of the normal shard's norm; a missing or rank-local reduction gives 0.
+    shards = []
+    for rank in (0, 1):
+        rerun = ranks[rank]["rank1_silent"]
+        for key in ("reward/mean", "train/loss"):
+            assert rerun["report"][key] == ranks[rank]["reports"][0][key], (rank, key)
+        normal, silent = ranks[rank]["first_gradient"], rerun["first_gradient"]
+        assert normal and normal.keys() == silent.keys(), rank
+        assert all(normal[k] is not None and silent[k] is not None for k in normal), f"rank {rank}: no gradient"
+        shards.append((normal, silent))
+    (normal0, silent0), (normal1, silent1) = shards
+    changed = norm(normal0[k] - silent0[k] for k in normal0) / norm(normal0.values())
+    assert changed > 0.1, f"rank 1's gradient did not reach rank 0's shard: {changed}"
+    left = norm(silent1.values()) / norm(normal1.values())
+    assert left > 0.1, f"rank 0's gradient did not reach rank 1's shard: {left}"
+    lora0 = ranks[0]["lora"]
     assert any("lora_A.old" in k for k in lora0) and any("lora_A.default" in k for k in lora0)
-    for key in lora0:
-        assert torch.equal(lora0[key], lora1[key]), key
-    for key, value in ranks[0]["ema"].items():
-        assert torch.equal(value, ranks[1]["ema"][key]), key
-    # training moved the trained adapter, and both ranks moved it the same way
+    # training moved the trained adapter
     moved = [k for k, v in ranks[0]["before"].items() if not torch.equal(v, lora0[k])]
     assert moved, "no trainable parameter changed"
     # the step-2 checkpoint was written by both ranks into one DCP folder
@@ -195,11 +256,10 @@ def test_two_rank_sft_step_equals_one_process_on_the_whole_batch(tmp_path: Path,
                                                                   cosmos_registries) -> None:
     run_two_ranks(SFT_WORKER, tiny_image_pipeline_dir, tmp_path)
     before, single = single_process_sft_step(tiny_image_pipeline_dir, tmp_path / "single")
-    ranks = [torch.load(tmp_path / f"sft_rank{r}.pt", weights_only=True) for r in (0, 1)]
-    assert ranks[0].keys() == ranks[1].keys() == single.keys()
+    gathered = torch.load(tmp_path / "sft_rank0.pt", weights_only=True)  # from both ranks' shards
+    assert gathered.keys() == single.keys()
     assert any(not torch.equal(before[k], single[k]) for k in single)
     for key, value in single.items():
-        assert torch.equal(ranks[0][key], ranks[1][key]), key
-        torch.testing.assert_close(ranks[0][key], value, rtol=1e-5, atol=1e-6, msg=key)
+        torch.testing.assert_close(gathered[key], value, rtol=1e-5, atol=1e-6, msg=key)
     # rank 0 exported the final LoRA from the checkpoint both ranks wrote
     assert (tmp_path / "dp2" / "out" / "safetensors" / "step_1" / "pytorch_lora_weights.safetensors").is_file()

@@ -149,8 +149,6 @@ def test_nft_reduce_scatters_once_per_optimizer_step_and_trains_the_same(ranks: 
         assert every["per_opt"] == [(4, 4 * groups)] * 4  # 2 steps × 2 optimizer steps
         assert deferred["per_opt"] == [(4, groups)] * 4
         assert_same_training(deferred, every)
-    for key, value in ranks[0]["nft-auto"]["end"].items():  # one model: both ranks hold the same weights
-        assert torch.equal(value, ranks[1]["nft-auto"]["end"][key]), key
 
 
 @pytest.mark.slow

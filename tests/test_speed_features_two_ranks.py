@@ -181,7 +181,6 @@ def test_speed_features_train_like_plain_on_two_fsdp_ranks(tmp_path: Path, tiny_
         moved = max((on["lora_full"][k] - v).abs().max().item() for k, v in on["before"].items())
         assert moved > 100 * weight_atol, moved  # training moved the adapter far more than the tolerance
 
-    # the ranks sampled different prompts and noise; the full weights they gather are one model
+    # the ranks sampled different prompts and noise (comparing their gathered weights would prove nothing:
+    # every rank gathers the same shards; the reduction itself is checked in tests/test_trainer_fsdp.py)
     assert ranks[0]["on"]["reports"][0]["reward/mean"] != ranks[1]["on"]["reports"][0]["reward/mean"]
-    for key, value in ranks[0]["on"]["lora_full"].items():
-        assert torch.equal(value, ranks[1]["on"]["lora_full"][key]), key

@@ -50,6 +50,16 @@ def peft_per_layer(transformer: torch.nn.Module, active: str | None, trainable: 
                 item.requires_grad_(name == trainable)
 
 
+def upstream_iteration(transformer: torch.nn.Module) -> None:
+    """One iteration of cosmos-rl 0.4.7's NFT trainer switching: diffusers ``set_adapter`` /
+    ``disable_adapters`` / ``enable_adapters`` on the whole transformer."""
+    transformer.set_adapter("old")
+    transformer.set_adapter("default")
+    transformer.disable_adapters()
+    transformer.enable_adapters()
+    transformer.set_adapter("default")
+
+
 def build(preset: str, device: str, dtype: torch.dtype, rank: int) -> torch.nn.Module:
     from cosmos_sana.tools.tiny import build_transformer
     from cosmos_sana.tools.tiny_presets import PRESETS
@@ -73,14 +83,8 @@ def rows(transformer: torch.nn.Module) -> dict[str, Callable[[], None]]:
                 fn(transformer, name, "default")
         return iteration
 
-    def upstream() -> None:
-        transformer.set_adapter("old")
-        transformer.set_adapter("default")
-        transformer.disable_adapters()
-        transformer.enable_adapters()
-        transformer.set_adapter("default")
-
-    return {"activate": switch_with(activate), "peft_per_layer": switch_with(peft_per_layer), "upstream": upstream}
+    return {"activate": switch_with(activate), "peft_per_layer": switch_with(peft_per_layer),
+            "upstream": lambda: upstream_iteration(transformer)}
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from bench_adapter_switching import upstream_iteration
 from benchlib import (
     DTYPES, PEAK_FLOPS, RECIPE, environment, ensure_pipeline, median, peak_memory_gib, ratio, recipe_settings,
     reset_peak_memory, time_call, write_json,
@@ -249,15 +250,8 @@ def switching_ms(trainer: Any, repeats: int = 5) -> dict[str, float]:
         for name in ("old", trained, None, trained):
             model.use_adapter(name)
 
-    def upstream() -> None:
-        transformer.set_adapter("old")
-        transformer.set_adapter("default")
-        transformer.disable_adapters()
-        transformer.enable_adapters()
-        transformer.set_adapter("default")
-
     result = {}
-    for name, fn in (("ours", ours), ("upstream", upstream)):
+    for name, fn in (("ours", ours), ("upstream", lambda: upstream_iteration(transformer))):
         fn()
         began = time.perf_counter()
         for _ in range(repeats):
